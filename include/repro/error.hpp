@@ -1,0 +1,27 @@
+// Errors and exit codes. Every error message names the flag or file and the fix.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace repro {
+
+// Exit status, as DESIGN.md and the man page document it.
+enum ExitCode : int {
+  kExitOk = 0,           // reproducible within thresholds
+  kExitDivergent = 1,    // divergence over threshold (or drift, for `diff`)
+  kExitUsage = 2,        // usage error or bad input
+  kExitBackend = 3,      // backend failure (engine, endpoint)
+  kExitInterrupted = 130 // Ctrl-C; what was finished is still written
+};
+
+// Bad input: a flag, a file, a profile. Exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The engine or an endpoint failed. Exit 3.
+struct BackendError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace repro

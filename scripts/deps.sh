@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages repro-audit builds and tests with. Idempotent; needs root (or sudo).
+set -euo pipefail
+PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev
+      libcurl4-openssl-dev libssl-dev libopenblas-dev libcpp-httplib-dev libpcre2-dev
+      libsqlite3-dev)
+# Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check.
+if [ "${1:-}" = "--test" ]; then PKGS+=(clang libclang-rt-14-dev chromium); fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,10 @@
+// PLACEHOLDER: replaced by the real subcommand.
+#include "repro/error.hpp"
+#include "src/cli/commands.hpp"
+
+namespace repro::cli {
+void setup_run(CLI::App& parent, Runner& runner) {
+  auto* sub = parent.add_subcommand("run", "(not implemented yet)");
+  sub->callback([&runner] { runner = []() -> int { throw UsageError("'run' is not implemented yet"); }; });
+}
+}  // namespace repro::cli

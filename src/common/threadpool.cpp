@@ -1,0 +1,69 @@
+#include "repro/threadpool.hpp"
+
+namespace repro {
+
+ThreadPool::ThreadPool(int threads) : n_threads_(threads < 1 ? 1 : threads) {
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_start_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+static void chunk(int n, int parts, int idx, int& b, int& e) {
+  int base = n / parts, rem = n % parts;
+  b = idx * base + (idx < rem ? idx : rem);
+  e = b + base + (idx < rem ? 1 : 0);
+}
+
+void ThreadPool::parallel_for(int n, const std::function<void(int, int)>& fn) {
+  if (n <= 0) return;
+  if (n_threads_ == 1 || n == 1) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    job_ = &fn;
+    job_n_ = n;
+    pending_ = n_threads_ - 1;
+    ++generation_;
+  }
+  cv_start_.notify_all();
+  int b, e;
+  chunk(n, n_threads_, 0, b, e);
+  if (b < e) fn(b, e);
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_done_.wait(lk, [this] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::worker(int index) {
+  long seen = 0;
+  while (true) {
+    const std::function<void(int, int)>* job;
+    int n;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      n = job_n_;
+    }
+    int b, e;
+    chunk(n, n_threads_, index, b, e);
+    if (b < e) (*job)(b, e);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) cv_done_.notify_one();
+    }
+  }
+}
+
+}  // namespace repro

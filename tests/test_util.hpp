@@ -1,0 +1,38 @@
+// Shared helpers for the doctest suite.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace repro::test {
+
+// ../shared/models beside the checkout; empty path when absent (tests then skip with a message).
+inline std::filesystem::path shared_models() {
+  if (const char* env = std::getenv("REPRO_SHARED_MODELS")) return env;
+  std::filesystem::path p = REPRO_SHARED_MODELS;
+  if (std::filesystem::exists(p / "stories260K.gguf")) return p;
+  return {};
+}
+
+// A fresh scratch directory for one test.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  std::filesystem::path base = std::getenv("REPRO_TEST_TMP") ? std::getenv("REPRO_TEST_TMP")
+                                                             : std::filesystem::temp_directory_path();
+  auto dir = base / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Path of the built repro-audit executable (for end-to-end tests of the CLI).
+inline std::string binary() { return REPRO_BINARY; }
+
+}  // namespace repro::test
+
+// Use at the top of a TEST_CASE that needs ../shared/models.
+#define REPRO_REQUIRE_MODELS(dir)                                                        \
+  auto dir = ::repro::test::shared_models();                                             \
+  if (dir.empty()) {                                                                     \
+    MESSAGE("SKIPPED: ../shared/models/stories260K.gguf not found beside the checkout"); \
+    return;                                                                              \
+  }
