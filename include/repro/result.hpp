@@ -70,6 +70,7 @@ struct Cluster {
   int family = 0;                 // families by normalised token edit distance; majority's is 0
   double distance_to_majority = 0; // normalised token edit distance in [0, 1]
   int bit_variants = 1;           // distinct logits/logprob fingerprints inside this token cluster
+  std::optional<std::string> answer;  // extracted answer (when an extractor is configured and it matched)
 };
 
 // Which factor a divergence follows: for each factor value, how many members fall in each cluster.
@@ -78,6 +79,13 @@ struct FactorTable {
   std::vector<std::string> values;
   std::vector<std::vector<int>> counts;  // [value][cluster index]
   bool explains = false;          // every value maps to exactly one cluster and >1 cluster exists
+};
+
+// Across modes (or endpoints) for one (prompt, decoding): which outputs each mode produced.
+struct CrossModeTable {
+  std::string prompt_id, decoding_id;
+  FactorTable table;              // factor "mode" (local) or "endpoint" (remote); counts[mode][output]
+  std::vector<std::string> hashes;  // the table's columns: output hashes, most frequent first
 };
 
 struct CaseResult {
@@ -96,6 +104,8 @@ struct CaseResult {
   std::vector<Cluster> clusters;  // majority first, then by count desc, hash asc
   std::vector<FactorTable> factors;
   bool failed = false;            // counts against the thresholds
+  bool divergent = false;         // unique > 1, or TARa false when an extractor is configured
+  int answer_missing = 0;         // completions where the extractor found no answer
 };
 
 struct ThroughputRow {
@@ -117,6 +127,8 @@ struct ModeSummary {
   double bit_divergent_share = 0;
   std::optional<double> throughput_ratio;  // mean over batch sizes of ratio_vs_default
   int errors = 0;
+  bool gated = true;              // the thresholds apply to this mode
+  std::string verdict;            // "reproducible" / "divergent" / "errors"
 };
 
 struct Thresholds {
@@ -150,6 +162,7 @@ struct AuditReport {
   std::vector<Completion> completions;
   nlohmann::json environment;     // tool version, commit, OS, CPU, threads, BLAS, model path/sha256, digests
   std::map<std::string, std::string> prompts;  // prompt_id -> text
+  std::vector<CrossModeTable> cross_mode;      // filled by analyze() when >1 mode ran
 };
 
 }  // namespace repro
