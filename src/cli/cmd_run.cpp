@@ -1,10 +1,331 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// `repro-audit run`: the main job. Expands the plan (profile + flags), replays it on the local engine
+// or remote endpoints, analyses, writes the reports, and exits with the CI gate's verdict.
+#include <fmt/core.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "repro/analysis.hpp"
+#include "repro/default_model.hpp"
 #include "repro/error.hpp"
+#include "repro/plan.hpp"
+#include "repro/remote.hpp"
+#include "repro/report.hpp"
+#include "repro/runner.hpp"
+#include "repro/util.hpp"
 #include "src/cli/commands.hpp"
 
 namespace repro::cli {
-void setup_run(CLI::App& parent, Runner& runner) {
-  auto* sub = parent.add_subcommand("run", "(not implemented yet)");
-  sub->callback([&runner] { runner = []() -> int { throw UsageError("'run' is not implemented yet"); }; });
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) {
+  g_stop = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends at once
 }
+
+struct RunOptions {
+  std::string model, tokenizer, profile = "quick", prompts_file, out = "repro-audit-report", format;
+  std::vector<std::string> prompts;
+  int repeats = 0, max_tokens = 0, filler_sets = 0, threads = 0, max_divergent = 0;
+  double min_tarr = 0, max_error_rate = 0;
+  std::string modes, batch_sizes, positions, temperatures, top_p, top_k, seeds, gate_modes;
+  std::string answer_regex, answer_json_path, resume, baseline;
+  bool quiet = false;
+  // remote
+  std::vector<std::string> endpoints;
+  std::string api_model, api = "chat", provider = "openai", concurrency, api_key_env = "OPENAI_API_KEY",
+              api_key_file, ca_cert, extra_body;
+  bool stream = false, no_cache_probe = false, verbose = false;
+  int max_retries = 3;
+  double timeout = 120;
+  CLI::App* app = nullptr;
+  bool given(const char* flag) const { return app->count(flag) > 0; }
+};
+
+template <class T, class F>
+std::vector<T> csv(const std::string& flag, const std::string& value, F conv) {
+  std::vector<T> out;
+  for (const auto& part : split(value, ',')) {
+    std::string t = trim(part);
+    if (t.empty()) throw UsageError(flag + ": empty entry in '" + value + "'; give a comma-separated list");
+    try {
+      size_t used = 0;
+      T v = conv(t, used);
+      if (used != t.size()) throw std::invalid_argument(t);
+      out.push_back(v);
+    } catch (const std::logic_error&) {
+      throw UsageError(flag + ": '" + t + "' is not a valid value");
+    }
+  }
+  return out;
+}
+std::vector<int> csv_int(const std::string& flag, const std::string& v) {
+  return csv<int>(flag, v, [](const std::string& s, size_t& u) { return std::stoi(s, &u); });
+}
+std::vector<double> csv_double(const std::string& flag, const std::string& v) {
+  return csv<double>(flag, v, [](const std::string& s, size_t& u) { return std::stod(s, &u); });
+}
+std::vector<std::string> csv_str(const std::string& flag, const std::string& v) {
+  return csv<std::string>(flag, v, [](const std::string& s, size_t& u) {
+    u = s.size();
+    return s;
+  });
+}
+
+// Profile first, then every flag the user gave overrides it.
+PlanOptions build_plan(const RunOptions& o) {
+  PlanOptions p;
+  apply_profile(find_profile(o.profile), p);
+  if (o.given("--prompts")) p.prompts = prompts_from_file(o.prompts_file);
+  if (o.given("--prompt")) {
+    if (!o.given("--prompts")) p.prompts.clear();
+    for (const auto& t : o.prompts) p.prompts.push_back(prompt_from_text(t));
+  }
+  if (p.prompts.empty()) p.prompts = builtin_prompts();
+  if (o.given("--repeats")) p.repeats = o.repeats;
+  if (o.given("--max-tokens")) p.max_tokens = o.max_tokens;
+  if (o.given("--filler-sets")) p.filler_sets = o.filler_sets;
+  if (o.given("--threads")) p.threads = o.threads;
+  if (o.given("--modes")) p.modes = csv_str("--modes", o.modes);
+  if (o.given("--batch-sizes")) p.batch_sizes = csv_int("--batch-sizes", o.batch_sizes);
+  if (o.given("--positions")) {
+    p.positions = csv_str("--positions", o.positions);
+    for (const auto& s : p.positions)
+      if (s != "first" && s != "middle" && s != "last" && s.find_first_not_of("0123456789") != std::string::npos)
+        throw UsageError("--positions: '" + s + "' is not first, middle, last or a non-negative integer");
+  }
+  if (o.given("--temperatures")) p.temperatures = csv_double("--temperatures", o.temperatures);
+  if (o.given("--top-p")) p.top_ps = csv_double("--top-p", o.top_p);
+  if (o.given("--top-k")) p.top_ks = csv_int("--top-k", o.top_k);
+  if (o.given("--seeds"))
+    p.seeds = csv<uint64_t>("--seeds", o.seeds, [](const std::string& s, size_t& u) {
+      if (!s.empty() && s[0] == '-') throw std::invalid_argument(s);
+      return static_cast<uint64_t>(std::stoull(s, &u));
+    });
+  if (o.given("--format")) p.formats = parse_formats(o.format);
+  if (o.given("--max-divergent")) p.thresholds.max_divergent = o.max_divergent;
+  if (o.given("--min-tarr")) p.thresholds.min_tarr = o.min_tarr;
+  if (o.given("--gate-modes")) p.thresholds.modes = csv_str("--gate-modes", o.gate_modes);
+  if (o.given("--max-error-rate")) p.thresholds.max_error_rate = o.max_error_rate;
+  if (o.given("--answer-regex")) p.answer_regex = o.answer_regex;
+  if (o.given("--answer-json-path")) p.answer_json_path = o.answer_json_path;
+  if (o.given("--concurrency")) p.concurrency = csv_int("--concurrency", o.concurrency);
+  if (o.no_cache_probe) p.cache_probe = false;
+  if (p.thresholds.max_divergent < 0) throw UsageError("--max-divergent must be >= 0");
+  if (p.thresholds.min_tarr < 0 || p.thresholds.min_tarr > 1) throw UsageError("--min-tarr must be in [0, 1]");
+  for (int c : p.concurrency)
+    if (c < 1 || c > 4096) throw UsageError("--concurrency: levels must be from 1 to 4096");
+  return p;
+}
+
+std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
+  std::vector<EndpointSpec> eps;
+  std::string key = load_api_key(o.api_key_env, o.api_key_file);
+  nlohmann::json extra = nlohmann::json::object();
+  if (!o.extra_body.empty()) {
+    try {
+      extra = nlohmann::json::parse(o.extra_body);
+    } catch (const nlohmann::json::parse_error&) {
+      throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
+    }
+    if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
+  }
+  for (const auto& arg : o.endpoints) {
+    EndpointSpec e = parse_endpoint_arg(arg);
+    e.api_model = o.api_model;
+    e.api = o.api;
+    e.provider = parse_provider(o.provider);
+    e.stream = o.stream;
+    e.extra_body = extra;
+    e.api_key = key;
+    e.ca_cert = o.ca_cert;
+    e.max_retries = o.max_retries;
+    e.read_timeout_s = o.timeout;
+    e.verbose = o.verbose;
+    validate_endpoint(e);
+    for (const auto& other : eps)
+      if (other.label == e.label) throw UsageError("--endpoint: label '" + e.label + "' is used twice; label each one (NAME=URL)");
+    eps.push_back(std::move(e));
+  }
+  return eps;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+int run_run(const RunOptions& o) {
+  namespace fs = std::filesystem;
+  AuditReport report;
+  PlanOptions plan;
+  std::string out_dir = o.out;
+  std::string model_path = o.model, tokenizer_path = o.tokenizer;
+  if (!o.resume.empty()) {
+    // Continue an interrupted run: its plan, model and finished completions come from its directory.
+    out_dir = o.resume;
+    fs::path cp = fs::path(o.resume) / "checkpoint.json", rj = fs::path(o.resume) / "report.json";
+    fs::path src = fs::exists(cp) ? cp : rj;
+    if (!fs::exists(src))
+      throw UsageError("--resume '" + o.resume + "': no checkpoint.json or report.json there; give the --out directory of the run");
+    report = load_report(src.string());
+    plan = plan_from_report(report);
+    if (report.environment.contains("model") && !o.given("--model"))
+      model_path = report.environment["model"].value("path", "");
+    report.cases.clear();
+    report.summary = Summary{};
+  } else {
+    plan = build_plan(o);
+  }
+  const bool remote = !o.endpoints.empty();
+  std::vector<EndpointSpec> endpoints;
+  std::unique_ptr<Model> model;
+  if (remote) {
+    if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
+    endpoints = build_endpoints(o);
+    validate_plan(plan, -1);
+  } else {
+    if (model_path.empty()) model_path = default_model_path();
+    model = load_model(model_path, tokenizer_path);
+    validate_plan(plan, model->config.context_length);
+  }
+  if (out_dir != "-") {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || !fs::is_directory(out_dir))
+      throw UsageError("--out '" + out_dir + "': cannot create the directory (" + ec.message() + "); choose a writable path");
+  }
+
+  report.created = now_utc();
+  report.profile = plan.profile;
+  report.plan = plan_to_json(plan);
+  report.thresholds = plan.thresholds;
+  report.answer_regex = plan.answer_regex;
+  report.answer_json_path = plan.answer_json_path;
+  report.environment = environment_record(plan.threads);
+  std::string prompts_concat;
+  for (const auto& p : plan.prompts) prompts_concat += p.id + "\t" + p.text + "\n";
+  nlohmann::json digests = {{"prompts_sha256", sha256_hex(prompts_concat)}, {"profile_sha256", plan.profile_digest}};
+  if (model) {
+    report.environment["model"] = {{"path", fs::absolute(model_path).string()},
+                                   {"sha256", model->file_sha256},
+                                   {"format", model->format},
+                                   {"arch", model->config.arch},
+                                   {"parameters", model->n_params},
+                                   {"tokenizer", model->tokenizer->kind()}};
+    digests["model_sha256"] = model->file_sha256;
+  } else {
+    nlohmann::json eps = nlohmann::json::array();
+    for (const auto& e : endpoints)
+      eps.push_back({{"label", e.label}, {"url", redact_url(e.url)}, {"api_model", e.api_model}, {"api", e.api},
+                     {"provider", provider_name(e.provider)}, {"stream", e.stream}});
+    report.environment["endpoints"] = eps;
+  }
+  report.environment["digests"] = digests;
+
+  // ---- replay ----
+  g_stop = false;
+  auto old = std::signal(SIGINT, on_sigint);
+  RunControl ctl;
+  ctl.stop = &g_stop;
+  ctl.progress = !o.quiet;
+  std::string checkpoint = out_dir == "-" ? "" : (fs::path(out_dir) / "checkpoint.json").string();
+  if (!checkpoint.empty()) ctl.checkpoint = [&](const AuditReport& r) { write_file_atomic(checkpoint, to_json(r)); };
+  try {
+    if (remote)
+      run_remote(plan, endpoints, report, ctl);
+    else
+      run_local(plan, *model, report, ctl);
+  } catch (...) {
+    std::signal(SIGINT, old);
+    if (!report.completions.empty() && !checkpoint.empty()) {  // never lose finished work
+      write_file_atomic(checkpoint, to_json(report));
+      std::fprintf(stderr, "note: %zu finished completions kept in %s (continue with --resume %s)\n",
+                   report.completions.size(), checkpoint.c_str(), out_dir.c_str());
+    }
+    throw;
+  }
+  std::signal(SIGINT, old);
+  report.summary.interrupted = g_stop.load();
+
+  // ---- analyse, write, gate ----
+  analyze(report);
+  auto written = write_reports(report, out_dir, plan.formats);
+  if (!checkpoint.empty()) fs::remove(checkpoint);
+  std::FILE* term = out_dir == "-" ? stderr : stdout;
+  if (!o.quiet) {
+    std::fputs(to_terminal(report).c_str(), term);
+    for (const auto& w : written)
+      if (w != "-") std::fprintf(term, "wrote %s\n", w.c_str());
+  }
+  int code = exit_code_for(report);
+  if (!o.baseline.empty()) {
+    Drift d = compute_drift(load_report(o.baseline), report);
+    std::fputs(drift_text(d, o.baseline, "this run").c_str(), term);
+    if (d.drifted() && code == kExitOk) code = kExitDivergent;
+  }
+  if (report.summary.interrupted) {
+    std::fprintf(stderr, "interrupted: %zu completions analysed and written; continue with --resume %s\n",
+                 report.completions.size(), out_dir.c_str());
+    code = kExitInterrupted;
+  }
+  return code;
+}
+
+}  // namespace
+
+void setup_run(CLI::App& parent, Runner& runner) {
+  auto o = std::make_shared<RunOptions>();
+  auto* s = parent.add_subcommand("run", "Replay prompts across batch contexts, modes and seeds; report divergence (default)");
+  o->app = s;
+  s->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded synthetic model)");
+  s->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
+  s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance) or JSON path")
+      ->capture_default_str();
+  s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
+  s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}) or OpenAI Batch API input");
+  s->add_option("-n,--repeats", o->repeats, "Repeats of every batch context");
+  s->add_option("--max-tokens", o->max_tokens, "Tokens to generate per completion");
+  s->add_option("--modes", o->modes, "Kernel modes, comma-separated: default,batch-invariant");
+  s->add_option("--batch-sizes", o->batch_sizes, "Batch sizes, comma-separated (e.g. 1,8,32)");
+  s->add_option("--positions", o->positions, "Probe positions in the batch: first,middle,last or indices");
+  s->add_option("--filler-sets", o->filler_sets, "Filler draws per batch context");
+  s->add_option("--temperatures", o->temperatures, "Temperatures, comma-separated (0 = greedy)");
+  s->add_option("--top-p", o->top_p, "top-p values, comma-separated");
+  s->add_option("--top-k", o->top_k, "top-k values, comma-separated");
+  s->add_option("--seeds", o->seeds, "Sampling seeds, comma-separated");
+  s->add_option("--threads", o->threads, "Engine threads");
+  s->add_option("--max-divergent", o->max_divergent, "Cases allowed to diverge per gated mode before exit 1");
+  s->add_option("--min-tarr", o->min_tarr, "Minimum share of cases with TARr (all outputs identical) per gated mode");
+  s->add_option("--gate-modes", o->gate_modes, "Modes or endpoint labels the thresholds apply to (default: profile's)");
+  s->add_option("--answer-regex", o->answer_regex, "PCRE2 answer extractor for TARa (first group or whole match)");
+  s->add_option("--answer-json-path", o->answer_json_path, "JSON path answer extractor for TARa, e.g. $.answer");
+  s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
+  s->add_option("--format", o->format, "Report formats: json,md,html,junit (FORMAT=PATH writes one elsewhere)");
+  s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
+  s->add_option("--baseline", o->baseline, "Golden report.json: exit 1 when this run drifts from it");
+  s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
+  // remote endpoints
+  s->add_option("--endpoint", o->endpoints, "OpenAI-compatible endpoint, [LABEL=]URL (repeatable)");
+  s->add_option("--api-model", o->api_model, "Model name sent to the endpoints (Azure: deployment)");
+  s->add_option("--api", o->api, "chat | completions")->capture_default_str();
+  s->add_option("--provider", o->provider, "openai | azure | vllm | sglang | llamacpp | ollama | tgi")->capture_default_str();
+  s->add_option("--concurrency", o->concurrency, "Concurrency levels, comma-separated (e.g. 1,8,64,256)");
+  s->add_option("--api-key-env", o->api_key_env, "Environment variable holding the API key")->capture_default_str();
+  s->add_option("--api-key-file", o->api_key_file, "File holding the API key");
+  s->add_option("--ca-cert", o->ca_cert, "PEM CA bundle for TLS verification");
+  s->add_option("--extra-body", o->extra_body, "JSON object merged into every request");
+  s->add_flag("--stream", o->stream, "Use streaming (SSE) responses");
+  s->add_flag("--no-cache-probe", o->no_cache_probe, "Skip the cold-versus-warm prefix-cache probe");
+  s->add_option("--max-retries", o->max_retries, "Retries per failed request")->capture_default_str();
+  s->add_option("--timeout", o->timeout, "Read timeout in seconds")->capture_default_str();
+  s->add_option("--max-error-rate", o->max_error_rate, "Share of failed requests tolerated before exit 3");
+  s->add_flag("--verbose", o->verbose, "Log requests and responses (API keys redacted) to stderr");
+  s->callback([o, &runner] { runner = [o] { return run_run(*o); }; });
+}
+
 }  // namespace repro::cli

@@ -1,0 +1,16 @@
+# Generates a C++ file holding every profiles/*.json as a string, so the binary carries its profiles.
+# Usage: cmake -DSRC=<profiles dir> -DOUT=<file.cpp> -P embed_profiles.cmake
+file(GLOB files ${SRC}/*.json)
+list(SORT files)
+set(body "// Generated from profiles/*.json by cmake/embed_profiles.cmake. Do not edit.\n")
+string(APPEND body "#include \"src/audit/builtin_profiles.hpp\"\n\nnamespace repro {\n")
+string(APPEND body "const std::vector<std::pair<std::string, std::string>>& builtin_profiles() {\n")
+string(APPEND body "  static const std::vector<std::pair<std::string, std::string>> p = {\n")
+foreach(f ${files})
+  get_filename_component(name ${f} NAME_WE)
+  file(READ ${f} text)
+  string(APPEND body "    {\"${name}\", R\"RA_PROFILE(${text})RA_PROFILE\"},\n")
+endforeach()
+string(APPEND body "  };\n  return p;\n}\n}  // namespace repro\n")
+file(WRITE ${OUT}.new "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUT}.new ${OUT})

@@ -1,0 +1,63 @@
+// The environment record of a report: what ran, on what.
+#include <sys/utsname.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "repro/kernels.hpp"
+#include "repro/runner.hpp"
+
+extern "C" {
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+}
+
+namespace repro {
+
+static std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  return "unknown";
+}
+
+nlohmann::json environment_record(int threads) {
+  nlohmann::json env;
+  env["tool"] = {{"name", "repro-audit"}, {"version", REPRO_VERSION}, {"commit", REPRO_GIT_COMMIT}};
+  struct utsname u{};
+  if (uname(&u) == 0)
+    env["os"] = {{"sysname", u.sysname}, {"release", u.release}, {"machine", u.machine}};
+  nlohmann::json features = nlohmann::json::array();
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) features.push_back("avx2");
+  if (__builtin_cpu_supports("fma")) features.push_back("fma");
+  if (__builtin_cpu_supports("avx512f")) features.push_back("avx512f");
+  env["cpu"] = {{"model", cpu_model()},
+                {"logical_cores", std::thread::hardware_concurrency()},
+                {"features", features},
+                {"invariant_kernels", kernels::cpu_has_avx2_fma() ? "avx2+fma" : "portable"}};
+  env["threads"] = threads;
+  env["blas"] = {{"library", "OpenBLAS"},
+                 {"config", openblas_get_config()},
+                 {"core", openblas_get_corename()}};
+  nlohmann::json vars = nlohmann::json::object();
+  for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS",
+                           "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "GOTO_NUM_THREADS"})
+    if (const char* v = std::getenv(name)) vars[name] = v;
+  env["environment_variables"] = vars;
+#ifdef REPRO_HAVE_CUDA
+  env["gpu"] = {{"cuda_build", true}};
+#else
+  env["gpu"] = {{"cuda_build", false}, {"device", "none"}};
+#endif
+  return env;
+}
+
+}  // namespace repro

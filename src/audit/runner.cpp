@@ -1,0 +1,252 @@
+// Executes the plan's cells and records every completion.
+#include "repro/runner.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "repro/batch.hpp"
+#include "repro/engine.hpp"
+#include "repro/error.hpp"
+
+namespace repro {
+
+using Clock = std::chrono::steady_clock;
+
+std::string cell_key(const Completion& c) {
+  return c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + std::to_string(c.batch_size) + "|" +
+         std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat);
+}
+
+namespace {
+
+// A one-line progress bar with ETA on stderr; silent when stderr is not a terminal.
+class Progress {
+ public:
+  Progress(bool on, int total) : on_(on && ::isatty(2)), total_(total), start_(Clock::now()) {}
+  ~Progress() { finish(); }
+  void tick(int done) {
+    if (!on_) return;
+    auto now = Clock::now();
+    if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    double el = std::chrono::duration<double>(now - start_).count();
+    double eta = done > 0 ? el / done * (total_ - done) : 0;
+    int width = 30, fill = total_ > 0 ? width * done / total_ : width;
+    std::string bar(fill, '=');
+    bar.resize(width, ' ');
+    std::fprintf(stderr, "\r[%s] %d/%d cells  %.0fs elapsed  ETA %.0fs ", bar.c_str(), done, total_, el, eta);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (shown_) std::fprintf(stderr, "\n");
+    shown_ = false;
+  }
+
+ private:
+  bool on_;
+  int total_;
+  Clock::time_point start_, last_{};
+  bool shown_ = false;
+};
+
+struct Checkpointer {
+  RunControl& ctl;
+  Clock::time_point last = Clock::now();
+  void maybe(const AuditReport& r) {
+    if (ctl.checkpoint && Clock::now() - last > std::chrono::seconds(2)) {
+      ctl.checkpoint(r);
+      last = Clock::now();
+    }
+  }
+};
+
+void add_throughput(AuditReport& r, const std::string& mode, int batch, int64_t tokens, double seconds) {
+  for (auto& row : r.throughput)
+    if (row.mode == mode && row.batch_size == batch) {
+      row.tokens += tokens;
+      row.seconds += seconds;
+      row.tokens_per_s = row.seconds > 0 ? row.tokens / row.seconds : 0;
+      return;
+    }
+  ThroughputRow row;
+  row.mode = mode;
+  row.batch_size = batch;
+  row.tokens = tokens;
+  row.seconds = seconds;
+  row.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  r.throughput.push_back(row);
+}
+
+}  // namespace
+
+void run_local(const PlanOptions& plan, const Model& model, AuditReport& report, RunControl& ctl) {
+  std::set<std::string> done;
+  for (const auto& c : report.completions) done.insert(cell_key(c));
+  for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
+
+  // One engine per mode, reused across cells (each batch leaves it empty).
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (const auto& m : plan.modes) engines.push_back(std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads}));
+
+  const auto decodings = decoding_cells(plan);
+  const auto contexts = context_cells(plan);
+  std::vector<std::vector<int>> prompt_ids;
+  for (const auto& p : plan.prompts) prompt_ids.push_back(model.tokenizer->encode(p.text, true));
+  for (size_t i = 0; i < plan.prompts.size(); ++i)
+    if (static_cast<int>(prompt_ids[i].size()) + plan.max_tokens > model.config.context_length)
+      throw UsageError("prompt '" + plan.prompts[i].id + "' (" + std::to_string(prompt_ids[i].size()) +
+                       " tokens) + --max-tokens " + std::to_string(plan.max_tokens) +
+                       " exceeds the model's context length " + std::to_string(model.config.context_length) +
+                       "; shorten the prompt or lower --max-tokens");
+
+  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * contexts.size() * plan.repeats *
+                                     plan.modes.size());
+  Progress progress(ctl.progress, total);
+  Checkpointer cp{ctl};
+  int finished = 0;
+  for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
+    for (const auto& dc : decodings)
+      for (const auto& cx : contexts)
+        for (int rep = 0; rep < plan.repeats; ++rep)
+          for (size_t mi = 0; mi < plan.modes.size(); ++mi) {  // modes interleaved: side-by-side timing
+            if (ctl.stop && ctl.stop->load()) return;
+            Completion c;
+            c.prompt_id = plan.prompts[pi].id;
+            c.decoding_id = dc.cfg.id;
+            c.mode = plan.modes[mi];
+            c.batch_size = cx.batch_size;
+            c.position = cx.position;
+            c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
+            c.seed = dc.seed;
+            c.repeat = rep;
+            if (done.count(cell_key(c))) {
+              progress.tick(++finished);
+              continue;
+            }
+            GenRequest req;
+            req.prompt = prompt_ids[pi];
+            req.params.max_tokens = dc.cfg.max_tokens;
+            req.params.temperature = static_cast<float>(dc.cfg.temperature);
+            req.params.top_p = static_cast<float>(dc.cfg.top_p);
+            req.params.top_k = dc.cfg.top_k;
+            req.params.seed = dc.seed;
+            BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set)};
+            BatchRun run = run_in_batch(*engines[mi], req, bc);
+            const GenResult& g = run.probe;
+            c.filler_ids = run.fillers.ids;
+            c.tokens = g.tokens;
+            c.text = g.text;
+            c.logprobs = g.logprobs;
+            c.logits_sha256 = g.logits_sha256;
+            c.finish_reason = g.finish_reason;
+            c.latency_s = g.latency_s;
+            c.tokens_per_s = g.latency_s > 0 ? g.tokens.size() / g.latency_s : 0;
+            c.prompt_tokens = g.prompt_tokens;
+            c.completion_tokens = static_cast<int>(g.tokens.size());
+            report.completions.push_back(std::move(c));
+            add_throughput(report, plan.modes[mi], cx.batch_size, run.generated_tokens, run.seconds);
+            progress.tick(++finished);
+            cp.maybe(report);
+          }
+}
+
+void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoints, AuditReport& report,
+                RunControl& ctl) {
+  std::set<std::string> done;
+  for (const auto& c : report.completions) done.insert(cell_key(c));
+  for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
+  const auto decodings = decoding_cells(plan);
+  std::vector<std::string> fillers = filler_pool();
+  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * endpoints.size() *
+                                     (plan.concurrency.size() + (plan.cache_probe ? 1 : 0)));
+  Progress progress(ctl.progress, total);
+  Checkpointer cp{ctl};
+  int finished = 0;
+  RemoteStats all;
+  std::map<std::string, RemoteStats> per_endpoint;
+  for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
+    for (const auto& dc : decodings)
+      for (const auto& ep : endpoints) {
+        RemoteProbe probe;
+        probe.prompt_id = plan.prompts[pi].id;
+        probe.prompt = plan.prompts[pi].text;
+        probe.messages = plan.prompts[pi].messages;
+        probe.decoding = dc.cfg;
+        probe.seed = dc.seed;
+        probe.logprobs = provider_supports_logprobs(ep.provider);
+        probe.fillers = fillers;
+        auto keep = [&](std::vector<Completion> cs) {
+          for (auto& c : cs) {
+            c.decoding_id = dc.cfg.id;
+            if (done.count(cell_key(c))) continue;
+            report.completions.push_back(std::move(c));
+          }
+        };
+        if (plan.cache_probe) {
+          if (ctl.stop && ctl.stop->load()) break;
+          RemoteStats st;
+          keep(run_cache_probe(ep, probe, std::max(1, plan.repeats - 1), ctl.stop, &st));
+          per_endpoint[ep.label].merge(st);
+          progress.tick(++finished);
+        }
+        for (int conc : plan.concurrency) {
+          if (ctl.stop && ctl.stop->load()) break;
+          RemoteStats st;
+          auto t0 = Clock::now();
+          auto cs = run_remote_probe(ep, probe, conc, plan.repeats, ctl.stop, nullptr, &st);
+          double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          int64_t toks = 0;
+          for (const auto& c : cs) toks += c.completion_tokens > 0 ? c.completion_tokens : 0;
+          // Throughput of the probe stream under load (fillers load the server; their tokens are not counted).
+          add_throughput(report, ep.label, conc, toks, secs);
+          keep(std::move(cs));
+          per_endpoint[ep.label].merge(st);
+          progress.tick(++finished);
+          cp.maybe(report);
+        }
+      }
+  nlohmann::json stats = nlohmann::json::object();
+  for (auto& [label, st] : per_endpoint) stats[label] = st.to_json();
+  report.environment["remote_stats"] = stats;
+}
+
+PlanOptions plan_from_report(const AuditReport& r) {
+  PlanOptions o;
+  const auto& j = r.plan;
+  try {
+    o.profile = j.at("profile").get<std::string>();
+    o.max_tokens = j.at("max_tokens").get<int>();
+    o.repeats = j.at("repeats").get<int>();
+    o.modes = j.at("modes").get<std::vector<std::string>>();
+    o.batch_sizes = j.at("batch_sizes").get<std::vector<int>>();
+    o.positions = j.at("positions").get<std::vector<std::string>>();
+    o.filler_sets = j.at("filler_sets").get<int>();
+    o.filler_seed = j.at("filler_seed").get<uint64_t>();
+    o.temperatures = j.at("temperatures").get<std::vector<double>>();
+    o.top_ps = j.at("top_p").get<std::vector<double>>();
+    o.top_ks = j.at("top_k").get<std::vector<int>>();
+    o.seeds = j.at("seeds").get<std::vector<uint64_t>>();
+    o.threads = j.at("threads").get<int>();
+    o.concurrency = j.at("concurrency").get<std::vector<int>>();
+    for (const auto& id : j.at("prompt_ids")) {
+      auto it = r.prompts.find(id.get<std::string>());
+      if (it == r.prompts.end()) throw UsageError("the report lacks the text of prompt '" + id.get<std::string>() + "'");
+      o.prompts.push_back(Prompt{it->first, it->second, nullptr});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(std::string("cannot resume: the report's \"plan\" is incomplete (") + e.what() +
+                     "); start a new run instead");
+  }
+  o.thresholds = r.thresholds;
+  o.answer_regex = r.answer_regex;
+  o.answer_json_path = r.answer_json_path;
+  return o;
+}
+
+}  // namespace repro

@@ -1,0 +1,173 @@
+// The engine: continuous batching over the forward pass. Sequences join (prefill) at the next step
+// after submit(), decode one token per step, and leave the batch when they finish.
+#include "repro/engine.hpp"
+
+#include <chrono>
+#include <map>
+
+#include "repro/error.hpp"
+#include "repro/util.hpp"
+#include "src/engine/forward.hpp"
+
+namespace repro {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct Seq {
+  int handle;
+  GenRequest req;
+  KvCache cache;
+  int n_past = 0;          // positions in the cache
+  bool prefilled = false;
+  int last_token = -1;
+  std::string text;
+  GenResult result;
+  Clock::time_point start;
+};
+}  // namespace
+
+struct Engine::Impl {
+  const Model& model;
+  EngineOptions opts;
+  Forward fwd;
+  std::vector<std::unique_ptr<Seq>> active;   // batch order = position in batch
+  std::vector<std::unique_ptr<Seq>> pending;  // join at the next step
+  std::map<int, GenResult> finished;
+  int next_handle = 0;
+  int64_t generated = 0;
+  std::vector<TokenRow> rows;
+
+  Impl(const Model& m, EngineOptions o) : model(m), opts(o), fwd(m, o.mode, o.threads) {}
+};
+
+Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<Impl>(model, opts)) {}
+Engine::~Engine() = default;
+
+int Engine::submit(GenRequest req) {
+  const ModelConfig& c = impl_->model.config;
+  if (req.prompt.empty()) throw UsageError("empty prompt: give at least one token (a BOS is added to text prompts)");
+  if (req.params.max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
+  for (int t : req.prompt)
+    if (t < 0 || t >= c.vocab_size) throw UsageError("prompt token id " + std::to_string(t) + " is outside the vocabulary");
+  int need = static_cast<int>(req.prompt.size()) + req.params.max_tokens;
+  if (need > c.context_length)
+    throw UsageError("prompt (" + std::to_string(req.prompt.size()) + " tokens) + --max-tokens (" +
+                     std::to_string(req.params.max_tokens) + ") exceeds the model's context length " +
+                     std::to_string(c.context_length) + "; shorten the prompt or lower --max-tokens");
+  auto s = std::make_unique<Seq>();
+  s->handle = impl_->next_handle++;
+  s->req = std::move(req);
+  s->cache.init(c, need);
+  s->result.prompt_tokens = static_cast<int>(s->req.prompt.size());
+  s->start = Clock::now();
+  int h = s->handle;
+  impl_->pending.push_back(std::move(s));
+  return h;
+}
+
+bool Engine::busy() const { return !impl_->active.empty() || !impl_->pending.empty(); }
+int Engine::active() const { return static_cast<int>(impl_->active.size() + impl_->pending.size()); }
+const Model& Engine::model() const { return impl_->model; }
+const EngineOptions& Engine::options() const { return impl_->opts; }
+int64_t Engine::generated_tokens() const { return impl_->generated; }
+
+const GenResult& Engine::result(int handle) const {
+  auto it = impl_->finished.find(handle);
+  if (it == impl_->finished.end()) throw std::logic_error("engine: result of an unfinished sequence");
+  return it->second;
+}
+
+GenResult Engine::take_result(int handle) {
+  auto it = impl_->finished.find(handle);
+  if (it == impl_->finished.end()) throw std::logic_error("engine: result of an unfinished sequence");
+  GenResult r = std::move(it->second);
+  impl_->finished.erase(it);
+  return r;
+}
+
+std::vector<int> Engine::step() {
+  Impl& I = *impl_;
+  for (auto& s : I.pending) I.active.push_back(std::move(s));
+  I.pending.clear();
+  if (I.active.empty()) return {};
+
+  // ---- rows of this step: the whole prompt of each new sequence, one token of each other ----
+  I.rows.clear();
+  for (auto& s : I.active) {
+    if (!s->prefilled) {
+      const auto& p = s->req.prompt;
+      for (size_t i = 0; i < p.size(); ++i)
+        I.rows.push_back({&s->cache, p[i], static_cast<int>(i), i + 1 == p.size()});
+    } else {
+      I.rows.push_back({&s->cache, s->last_token, s->n_past, true});
+    }
+  }
+  const float* logits = I.fwd.run(I.rows);
+
+  // ---- choose each sequence's next token; finished sequences leave the batch ----
+  const int vocab = I.model.config.vocab_size;
+  const Tokenizer* tok = I.model.tokenizer.get();
+  std::vector<int> done;
+  std::vector<std::unique_ptr<Seq>> still;
+  int j = 0;
+  for (auto& s : I.active) {
+    const float* lg = logits + static_cast<size_t>(j++) * vocab;
+    s->n_past += s->prefilled ? 1 : static_cast<int>(s->req.prompt.size());
+    s->prefilled = true;
+    const DecodeParams& p = s->req.params;
+    const int t = static_cast<int>(s->result.tokens.size());
+    const int next = sample_token(lg, vocab, p, t);
+    const float lp = token_logprob(lg, vocab, next);
+    s->result.tokens.push_back(next);
+    s->result.logprobs.push_back(lp);
+    s->last_token = next;
+    ++I.generated;
+    if (on_token) on_token(s->handle, next, lp);
+
+    bool finish = false;
+    std::string reason = "length";
+    // A generated EOS ends the sequence; so does a generated BOS (a new document begins: the
+    // TinyStories models separate stories with BOS).
+    if (p.stop_at_eos && tok && (next == tok->eos() || (next == tok->bos() && tok->bos() >= 0))) {
+      finish = true;
+      reason = "stop";
+    } else {
+      if (tok) s->text += tok->piece(next);
+      for (const auto& stop : p.stop) {
+        if (stop.empty()) continue;
+        size_t at = s->text.find(stop);
+        if (at != std::string::npos) {
+          s->text.resize(at);
+          finish = true;
+          reason = "stop";
+          break;
+        }
+      }
+    }
+    if (!finish && static_cast<int>(s->result.tokens.size()) >= p.max_tokens) finish = true;
+    if (finish) {
+      s->result.finish_reason = reason;
+      s->result.text = s->text;
+      s->result.logits_sha256 = sha256_hex(lg, sizeof(float) * vocab);
+      s->result.latency_s = std::chrono::duration<double>(Clock::now() - s->start).count();
+      done.push_back(s->handle);
+      I.finished.emplace(s->handle, std::move(s->result));
+    } else {
+      still.push_back(std::move(s));
+    }
+  }
+  I.active = std::move(still);
+  return done;
+}
+
+std::vector<GenResult> Engine::generate(const std::vector<GenRequest>& reqs) {
+  std::vector<int> handles;
+  for (const auto& r : reqs) handles.push_back(submit(r));
+  while (busy()) step();
+  std::vector<GenResult> out;
+  for (int h : handles) out.push_back(take_result(h));
+  return out;
+}
+
+}  // namespace repro

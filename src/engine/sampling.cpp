@@ -1,0 +1,84 @@
+// Token choice from logits. The draw at step t depends only on (seed, t, logits): never on batch
+// size, batch mates or position in the batch.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "repro/engine.hpp"
+#include "repro/error.hpp"
+
+namespace repro {
+
+const char* mode_name(Mode m) { return m == Mode::Default ? "default" : "batch-invariant"; }
+
+Mode parse_mode(const std::string& s, const char* flag) {
+  if (s == "default") return Mode::Default;
+  if (s == "batch-invariant" || s == "invariant") return Mode::BatchInvariant;
+  throw UsageError(std::string(flag) + ": unknown mode '" + s + "'; use default or batch-invariant");
+}
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Uniform in [0, 1) from (seed, step): 53 random bits.
+double uniform(uint64_t seed, int step) {
+  uint64_t h = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull));
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+}  // namespace
+
+float token_logprob(const float* logits, int n, int id) {
+  float mx = logits[0];
+  for (int i = 1; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  return static_cast<float>(static_cast<double>(logits[id]) - mx - std::log(sum));
+}
+
+int sample_token(const float* logits, int n, const DecodeParams& p, int step) {
+  if (p.temperature <= 0.0f) {  // greedy: first index of the maximum
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return best;
+  }
+  // Candidates sorted by logit, descending; ties by index (a total order, so the result is unique).
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  int keep = n;
+  if (p.top_k > 0 && p.top_k < keep) keep = p.top_k;
+  std::vector<double> prob(keep);
+  const double mx = logits[idx[0]];
+  double sum = 0;
+  for (int i = 0; i < keep; ++i) {
+    prob[i] = std::exp((static_cast<double>(logits[idx[i]]) - mx) / p.temperature);
+    sum += prob[i];
+  }
+  for (int i = 0; i < keep; ++i) prob[i] /= sum;
+  if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+    double cum = 0;
+    int k = 0;
+    while (k < keep) {
+      cum += prob[k++];
+      if (cum >= p.top_p) break;
+    }
+    keep = std::max(k, 1);
+    double s2 = 0;
+    for (int i = 0; i < keep; ++i) s2 += prob[i];
+    for (int i = 0; i < keep; ++i) prob[i] /= s2;
+  }
+  double u = uniform(p.seed, step), cum = 0;
+  for (int i = 0; i < keep; ++i) {
+    cum += prob[i];
+    if (u < cum) return idx[i];
+  }
+  return idx[keep - 1];
+}
+
+}  // namespace repro
