@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "repro/tokenizer.hpp"
 
@@ -33,6 +34,9 @@ TokenType token_type(const TokenizerData& data, size_t id);
 
 // Throws UsageError when id is not a token of a vocabulary of n tokens.
 void check_id(int id, int n);
+
+// The pre-tokens the gpt2 pre-tokenizer `pre` cuts text into (exposed for tests).
+std::vector<std::string> bpe_pre_tokenize(const std::string& pre, std::string_view text);
 
 std::unique_ptr<Tokenizer> make_spm_tokenizer(const TokenizerData& data);
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const TokenizerData& data);
