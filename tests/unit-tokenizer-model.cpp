@@ -2,6 +2,8 @@
 // Tokenizer checks on the real stories260K tokenizer (../shared/models/tok512.bin).
 #include <doctest/doctest.h>
 
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,48 @@ namespace {
 
 std::unique_ptr<Tokenizer> tok512(const std::filesystem::path& dir) {
   return make_tokenizer(read_llama2c_tokenizer((dir / "tok512.bin").string(), 512));
+}
+
+// llama2.c's encode() restated plainly (token-level, O(n^2)): the dummy-prefix " " token, each
+// UTF-8 code point looked up as a token or spelled as byte tokens (byte + 3), then the best-scoring
+// pair of adjacent tokens whose joined text is a token is merged, leftmost on ties, until none is.
+std::vector<int> llama2c_encode(const TokenizerData& d, const std::string& text) {
+  std::map<std::string, int> lookup;
+  for (size_t i = 0; i < d.tokens.size(); ++i) lookup.emplace(d.tokens[i], static_cast<int>(i));
+  std::vector<int> ids = {1};
+  if (text.empty()) return ids;
+  std::vector<int> t = {lookup.at(" ")};
+  for (size_t i = 0; i < text.size();) {
+    size_t len = 1;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0xC0) {  // llama2.c groups a lead byte with up to 3 continuation bytes
+      while (len < 4 && i + len < text.size() && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) ++len;
+    }
+    auto it = lookup.find(text.substr(i, len));
+    if (it != lookup.end()) {
+      t.push_back(it->second);
+    } else {
+      for (size_t k = 0; k < len; ++k) t.push_back(static_cast<unsigned char>(text[i + k]) + 3);
+    }
+    i += len;
+  }
+  for (;;) {
+    float best = -1e10f;
+    int best_id = -1, best_idx = -1;
+    for (size_t i = 0; i + 1 < t.size(); ++i) {
+      auto it = lookup.find(d.tokens[t[i]] + d.tokens[t[i + 1]]);
+      if (it != lookup.end() && d.scores[it->second] > best) {
+        best = d.scores[it->second];
+        best_id = it->second;
+        best_idx = static_cast<int>(i);
+      }
+    }
+    if (best_idx < 0) break;
+    t[best_idx] = best_id;
+    t.erase(t.begin() + best_idx + 1);
+  }
+  ids.insert(ids.end(), t.begin(), t.end());
+  return ids;
 }
 
 }  // namespace
@@ -115,5 +159,28 @@ TEST_CASE("tok512.bin: file/vocab mismatch and corrupt files are usage errors") 
     read_llama2c_tokenizer(path, 511);
   } catch (const UsageError& e) {
     CHECK(std::string(e.what()).find("tok512.bin") != std::string::npos);
+  }
+}
+
+TEST_CASE("tok512.bin: agrees with llama2.c's encoding on many texts") {
+  REPRO_REQUIRE_MODELS(dir);
+  const TokenizerData d = read_llama2c_tokenizer((dir / "tok512.bin").string(), 512);
+  auto tok = make_tokenizer(d);
+  const std::vector<std::string> words = {"Once", "upon", "a", "time", "there", "was", "little", "girl", "named",
+                                          "Lily", ".", ",", "!", "\"", "'s", "She", "loved", "to", "play",
+                                          "park", "\n", " ", "caf\xC3\xA9", "\xE2\x80\x9C", "don't", "Tim",
+                                          "x", "zzz", "123", "\xF0\x9F\x98\x80", "Bob", "the", "and"};
+  std::mt19937 rng(7);
+  for (int k = 0; k < 300; ++k) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 25);
+    for (int i = 0; i < n; ++i) {
+      if (i && rng() % 3) text += ' ';
+      text += words[rng() % words.size()];
+    }
+    CAPTURE(text);
+    const auto ids = tok->encode(text, true);
+    CHECK(ids == llama2c_encode(d, text));
+    CHECK(tok->decode(ids) == (text.empty() ? "" : " ") + text);
   }
 }
