@@ -1,0 +1,159 @@
+// Private helpers shared by the kernels (not a public header): the fixed reduction primitives that
+// define the batch-invariant order, one exp implementation used by every attention path (scalar and
+// AVX2 give the same bits), and the CPU dispatch switch.
+//
+// The fixed primitives:
+//   lane dot   8 lane accumulators; lane j accumulates the elements k = j (mod 8) in increasing k,
+//              each step acc = fma(a[k], b[k], acc); the length is zero-padded to a multiple of 8
+//              (padding lanes see fma(0, 0, acc)).
+//   tree8      the 8 lanes are reduced as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+//              which is exactly what two _mm256_hadd_ps and one 128-bit add compute.
+//   exp_fixed  Cody-Waite range reduction + degree-5 polynomial with fma, 0 below -87, clamped at 88.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define REPRO_X86 1
+#include <immintrin.h>
+#define REPRO_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define REPRO_X86 0
+#endif
+
+namespace repro::kernels {
+
+// True when the fast paths may use AVX2+FMA: the CPU has it and the portable path is not forced.
+bool use_avx2();
+// Forces the portable (non-SIMD) paths even on an AVX2 CPU; tests use it to compare both paths.
+// The environment variable REPRO_KERNELS_PORTABLE=1 sets it at startup.
+void set_force_portable(bool on);
+
+namespace detail {
+
+inline float tree8(const float l[8]) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// The lane dot of a[0..n) and b[0..n): 8 lanes, fma, zero padding, tree8.
+inline float dot_lanes(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) acc[j] = std::fma(a[k + j], b[k + j], acc[j]);
+  if (k < n)
+    for (int j = 0; j < 8; ++j) {
+      float av = k + j < n ? a[k + j] : 0.0f, bv = k + j < n ? b[k + j] : 0.0f;
+      acc[j] = std::fma(av, bv, acc[j]);
+    }
+  return tree8(acc);
+}
+
+constexpr float kExpLo = -87.0f;  // below: 0
+constexpr float kExpHi = 88.0f;   // above: clamped
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;     // ln2 split so that n * kLn2Hi is exact
+constexpr float kLn2Lo = -2.12194440e-4f;  // ln2 - kLn2Hi
+constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
+                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+
+// exp(x), the one implementation every attention path uses (about 1 ulp on [-87, 88]).
+inline float exp_fixed(float x) {
+  if (x != x) return x;
+  if (x < kExpLo) return 0.0f;
+  x = kExpHi < x ? kExpHi : x;
+  float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kP0;
+  p = std::fma(p, r, kP1);
+  p = std::fma(p, r, kP2);
+  p = std::fma(p, r, kP3);
+  p = std::fma(p, r, kP4);
+  p = std::fma(p, r, kP5);
+  float r2 = r * r;
+  float y = std::fma(p, r2, r);
+  y = y + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+#if REPRO_X86
+// tree8 of one vector, as a scalar.
+REPRO_AVX2 inline float hsum8(__m256 a) {
+  __m256 t = _mm256_hadd_ps(a, a);
+  t = _mm256_hadd_ps(t, t);
+  __m128 r = _mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  return _mm_cvtss_f32(r);
+}
+// tree8 of four vectors: [tree8(a), tree8(b), tree8(c), tree8(d)].
+REPRO_AVX2 inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+// tree8 of eight vectors, one result per lane.
+REPRO_AVX2 inline __m256 hsum8x8(__m256 a, __m256 b, __m256 c, __m256 d, __m256 e, __m256 f,
+                                 __m256 g, __m256 h) {
+  __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  __m256 v = _mm256_hadd_ps(_mm256_hadd_ps(e, f), _mm256_hadd_ps(g, h));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
+}
+// Mask with the first n (0..8) lanes set, for maskload/maskstore of a tail.
+REPRO_AVX2 inline __m256i tail_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+// exp_fixed on 8 lanes, bit for bit.
+REPRO_AVX2 inline __m256 exp8(__m256 x) {
+  __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_set1_ps(kExpHi), x);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 y = _mm256_fmadd_ps(p, r2, r);
+  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+  return _mm256_andnot_ps(zero_mask, y);
+}
+#endif
+
+// ---- attention building block shared by the invariant and default paths ----
+// One query head against positions [t0, t1) of one KV head: the chunk's own max m, sum l and
+// unnormalised output o[head_dim] (= sum_t exp(s_t - m) * v_t). Order (also in
+// attention_reference): s_t = dot_lanes(q, k_t) * scale; m = max s_t; e_t = exp_fixed(s_t - m);
+// l = 8 lane accumulators over (t - t0) mod 8 with plain adds, then tree8; o: n_vacc(head_dim)
+// partial accumulators, partial p takes the t with (t - t0) mod P == p, o_p[d] = fma(e_t, v_t[d],
+// o_p[d]) in increasing t, then combined as o0 (P=1), o0+o1 (P=2), (o0+o1)+(o2+o3) (P=4).
+// `scratch` holds at least t1 - t0 floats.
+// The fixed split SIZE along the KV axis of the batch-invariant attention (positions per chunk).
+constexpr int kKvChunk = 256;
+struct ChunkOut {
+  float m, l;
+};
+// Partial accumulators for the V sum: depends only on head_dim (a model constant): short heads
+// get more independent fma chains.
+inline int n_vacc(int head_dim) { return head_dim <= 8 ? 4 : (head_dim <= 16 ? 2 : 1); }
+ChunkOut attention_chunk(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
+                         float scale, int t0, int t1, float* o, float* scratch);
+// Folds chunk (mc, lc, oc) into the running (m, l, o): mn = max(m, mc), a = exp(m - mn),
+// b = exp(mc - mn), l = l*a + lc*b, o = o*a + oc*b.
+void attention_combine(float& m, float& l, float* o, float mc, float lc, const float* oc, int head_dim);
+
+}  // namespace detail
+}  // namespace repro::kernels

@@ -1,0 +1,132 @@
+// matmul invariant: the batch-invariant fast path (AVX2+FMA register tiles, cache blocking,
+// threads over output columns), bitwise equal to matmul_reference.
+//
+// Why it is batch-invariant: every output element y[m][n] is accumulated in the order
+// matmul_reference defines (8 lanes over k = j mod 8 in increasing k with fma, K zero-padded to a
+// multiple of 8 through masked loads, then the fixed tree ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)))
+// whatever tile, block or thread it falls in: a tile only decides WHICH elements are computed
+// together, never how one element is summed. There is no split-K. The tile shape may depend on M
+// (speed only); the accumulation order depends on K alone. Threads split N (output columns).
+// Without AVX2 the portable path runs the reference order with std::fma: same bits.
+#include <algorithm>
+
+#include "kernels/common.hpp"
+#include "repro/kernels.hpp"
+
+namespace repro::kernels {
+namespace {
+
+struct MatmulArgs {
+  const float* x;
+  const float* w;
+  float* y;
+  int M, N, K;
+};
+
+// Rows of x kept hot per block: the blocking depends only on K (rows * K * 4 bytes <= 192 KiB).
+int m_block_rows(int K) { return std::max(4, (192 * 1024) / (4 * std::max(K, 1)) / 4 * 4); }
+
+void portable_range(const MatmulArgs& a, int n0, int n1) {
+  for (int m = 0; m < a.M; ++m)
+    for (int n = n0; n < n1; ++n)
+      a.y[(long)m * a.N + n] = detail::dot_lanes(a.x + (long)m * a.K, a.w + (long)n * a.K, a.K);
+}
+
+#if REPRO_X86
+// One MR x NR register tile: rows x[0..MR) against w rows w[0..NR), every accumulator follows the
+// lane order of detail::dot_lanes; the K tail uses masked loads (zeros), as the zero padding.
+template <int MR, int NR>
+REPRO_AVX2 inline void tile(const float* x, const float* w, float* y, int ldy, int K) {
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int K8 = K & ~7;
+  for (int k = 0; k < K8; k += 8) {
+    __m256 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + (long)j * K + k);
+    for (int i = 0; i < MR; ++i) {
+      __m256 xv = _mm256_loadu_ps(x + (long)i * K + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (K8 < K) {
+    __m256i mask = detail::tail_mask(K - K8);
+    __m256 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = _mm256_maskload_ps(w + (long)j * K + K8, mask);
+    for (int i = 0; i < MR; ++i) {
+      __m256 xv = _mm256_maskload_ps(x + (long)i * K + K8, mask);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* yr = y + (long)i * ldy;
+    if constexpr (NR == 8) {
+      _mm256_storeu_ps(yr, detail::hsum8x8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
+                                           acc[i][5], acc[i][6], acc[i][7]));
+    } else if constexpr (NR == 4) {
+      _mm_storeu_ps(yr, detail::hsum8x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    } else {
+      for (int j = 0; j < NR; ++j) yr[j] = detail::hsum8(acc[i][j]);
+    }
+  }
+}
+
+// All rows [m0, m1) against columns [n0, n1) with tiles of at most MR x NR.
+template <int MR, int NR>
+REPRO_AVX2 void tiles(const MatmulArgs& a, int m0, int m1, int n0, int n1) {
+  const int K = a.K;
+  int n = n0;
+  for (; n + NR <= n1; n += NR) {
+    const float* w = a.w + (long)n * K;
+    int m = m0;
+    for (; m + MR <= m1; m += MR) tile<MR, NR>(a.x + (long)m * K, w, a.y + (long)m * a.N + n, a.N, K);
+    for (; m < m1; ++m) tile<1, NR>(a.x + (long)m * K, w, a.y + (long)m * a.N + n, a.N, K);
+  }
+  for (; n < n1; ++n) {
+    const float* w = a.w + (long)n * K;
+    int m = m0;
+    for (; m + 4 <= m1; m += 4) tile<4, 1>(a.x + (long)m * K, w, a.y + (long)m * a.N + n, a.N, K);
+    for (; m < m1; ++m) tile<1, 1>(a.x + (long)m * K, w, a.y + (long)m * a.N + n, a.N, K);
+  }
+}
+
+REPRO_AVX2 void avx2_range(const MatmulArgs& a, int n0, int n1) {
+  if (a.M == 1) {
+    tiles<1, 8>(a, 0, 1, n0, n1);
+    return;
+  }
+  const int mb = m_block_rows(a.K);
+  for (int m0 = 0; m0 < a.M; m0 += mb) tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), n0, n1);
+}
+#endif
+
+void run_range(const MatmulArgs& a, int n0, int n1, bool avx2) {
+#if REPRO_X86
+  if (avx2) return avx2_range(a, n0, n1);
+#endif
+  portable_range(a, n0, n1);
+}
+
+}  // namespace
+
+void matmul_invariant(const float* x, const float* w, float* y, int M, int N, int K, ThreadPool& pool) {
+  if (M <= 0 || N <= 0) return;
+  const MatmulArgs a{x, w, y, M, N, K};
+  const bool avx2 = use_avx2();
+  // Threads take contiguous ranges of output columns (units of 16); small products stay on the
+  // calling thread, where a dispatch would cost more than it saves. Neither choice changes bits.
+  const double flops = 2.0 * M * N * (double)K;
+  if (pool.size() == 1 || flops < 2e5) return run_range(a, 0, N, avx2);
+  constexpr int kUnit = 16;
+  const int units = (N + kUnit - 1) / kUnit;
+  struct Ctx {
+    const MatmulArgs* a;
+    bool avx2;
+  } ctx{&a, avx2};
+  const Ctx* c = &ctx;
+  pool.parallel_for(units, [c](int b, int e) {
+    run_range(*c->a, b * kUnit, std::min(c->a->N, e * kUnit), c->avx2);
+  });
+}
+
+}  // namespace repro::kernels

@@ -1,0 +1,103 @@
+// ctest-labels: slow
+// Kernel microbenchmark (not a timed test: nothing is asserted about speed). For each shape it
+// first validates the batch-invariant matmul against the reference (bitwise, on a column subset)
+// and the OpenBLAS default against it (tolerance), then times both side by side in the same run
+// and prints GFLOP/s and the ratio invariant / default. Shapes: the ~100M model's matmuls
+// (dim 768, hidden 2048, vocab 32000) at M in {1, 8, 32, 64}, threads 1 and 2.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "repro/kernels.hpp"
+
+using namespace repro;
+using namespace repro::kernels;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Best seconds per call of f and of g, timed in alternating rounds (each round >= ~30 ms of calls)
+// so that both see the same machine load; the best round of each counts.
+template <class F, class G>
+void best_seconds(F&& f, G&& g, double& tf, double& tg) {
+  using clk = std::chrono::steady_clock;
+  auto calls_for = [](auto& fn) {
+    fn();  // warm up
+    int reps = 1;
+    for (;;) {
+      auto t0 = clk::now();
+      for (int i = 0; i < reps; ++i) fn();
+      if (std::chrono::duration<double>(clk::now() - t0).count() > 0.03 || reps > (1 << 20)) return reps;
+      reps *= 2;
+    }
+  };
+  const int rf = calls_for(f), rg = calls_for(g);
+  tf = tg = 1e30;
+  for (int round = 0; round < 7; ++round) {
+    auto t0 = clk::now();
+    for (int i = 0; i < rf; ++i) f();
+    tf = std::min(tf, std::chrono::duration<double>(clk::now() - t0).count() / rf);
+    t0 = clk::now();
+    for (int i = 0; i < rg; ++i) g();
+    tg = std::min(tg, std::chrono::duration<double>(clk::now() - t0).count() / rg);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bench: matmul invariant vs OpenBLAS default (GFLOP/s, ratio)") {
+  struct NK {
+    int N, K;
+  };
+  const NK shapes[] = {{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}};
+  const int Ms[] = {1, 8, 32, 64};
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("CPU AVX2+FMA: %s, OPENBLAS_CORETYPE=%s\n", cpu_has_avx2_fma() ? "yes" : "no", core ? core : "(unset)");
+  std::printf("%-8s %-6s %-6s %-3s %12s %12s %8s\n", "threads", "M", "N", "K", "inv GF/s", "blas GF/s", "ratio");
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const NK nk : shapes) {
+      const int N = nk.N, K = nk.K;
+      const auto w = random_vec((size_t)N * K, 7 + N + K);
+      const auto x = random_vec((size_t)64 * K, 3 + K);
+      for (int M : Ms) {
+        std::vector<float> yi((size_t)M * N), yd((size_t)M * N);
+        // validate: invariant == reference on the first 96 columns (bitwise); default close
+        matmul_invariant(x.data(), w.data(), yi.data(), M, N, K, pool);
+        matmul_default(x.data(), w.data(), yd.data(), M, N, K, pool);
+        const int nc = std::min(N, 96);
+        std::vector<float> ref((size_t)M * nc);
+        matmul_reference(x.data(), w.data(), ref.data(), M, nc, K);
+        int bad = 0;
+        float err = 0;
+        for (int m = 0; m < M; ++m) {
+          bad += std::memcmp(yi.data() + (long)m * N, ref.data() + (long)m * nc, nc * sizeof(float)) != 0;
+          for (int n = 0; n < nc; ++n) err = std::max(err, std::fabs(yd[(long)m * N + n] - ref[(long)m * nc + n]));
+        }
+        REQUIRE(bad == 0);
+        REQUIRE(err < 1e-3f);
+        double ti, td;
+        best_seconds([&] { matmul_invariant(x.data(), w.data(), yi.data(), M, N, K, pool); },
+                     [&] { matmul_default(x.data(), w.data(), yd.data(), M, N, K, pool); }, ti, td);
+        const double flop = 2.0 * M * N * (double)K;
+        std::printf("%-8d %-6d %-6d %-4d %12.1f %12.1f %8.2f\n", threads, M, N, K, flop / ti * 1e-9,
+                    flop / td * 1e-9, td / ti);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
