@@ -1,10 +1,124 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// `repro-audit model info FILE` and `repro-audit model synth --out FILE`: inspect a model file, and
+// write a seeded synthetic one (bit-identical for the same options on every machine).
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+
 #include "repro/error.hpp"
+#include "repro/model.hpp"
+#include "repro/synth.hpp"
+#include "repro/util.hpp"
 #include "src/cli/commands.hpp"
 
 namespace repro::cli {
-void setup_model(CLI::App& parent, Runner& runner) {
-  auto* sub = parent.add_subcommand("model", "(not implemented yet)");
-  sub->callback([&runner] { runner = []() -> int { throw UsageError("'model' is not implemented yet"); }; });
+
+namespace {
+
+struct ModelInfoOptions {
+  std::string file, tokenizer;
+  bool json = false;
+};
+
+struct ModelSynthOptions {
+  std::string out;
+  SynthOptions synth;
+  bool untied = false;
+};
+
+int run_model_info(const ModelInfoOptions& o) {
+  auto m = load_model(o.file, o.tokenizer);
+  const ModelConfig& c = m->config;
+  const Tokenizer& tok = *m->tokenizer;
+  if (o.json) {
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& [k, v] : m->tensor_types) types[k] = v;
+    nlohmann::json j = {
+        {"path", m->path},
+        {"format", m->format},
+        {"sha256", m->file_sha256},
+        {"architecture", c.arch},
+        {"dim", c.dim},
+        {"hidden_dim", c.hidden_dim},
+        {"n_layers", c.n_layers},
+        {"n_heads", c.n_heads},
+        {"n_kv_heads", c.n_kv_heads},
+        {"head_dim", c.head_dim()},
+        {"vocab_size", c.vocab_size},
+        {"context_length", c.context_length},
+        {"rope_dim", c.rope_dim},
+        {"rope_theta", c.rope_theta},
+        {"rms_eps", c.rms_eps},
+        {"tied_output", m->output.empty()},
+        {"tensor_types", types},
+        {"tokenizer", {{"kind", tok.kind()}, {"vocab_size", tok.vocab_size()}, {"bos", tok.bos()}, {"eos", tok.eos()}}},
+        {"n_params", m->n_params},
+    };
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  std::string types;
+  for (const auto& [k, v] : m->tensor_types) types += fmt::format("{}{} x{}", types.empty() ? "" : ", ", k, v);
+  fmt::print("file:            {}\n", m->path);
+  fmt::print("format:          {}\n", m->format);
+  fmt::print("sha256:          {}\n", m->file_sha256);
+  fmt::print("architecture:    {}\n", c.arch);
+  fmt::print("dim:             {}\n", c.dim);
+  fmt::print("hidden_dim:      {}\n", c.hidden_dim);
+  fmt::print("layers:          {}\n", c.n_layers);
+  fmt::print("heads:           {} (kv heads {}, head size {})\n", c.n_heads, c.n_kv_heads, c.head_dim());
+  fmt::print("vocab:           {}\n", c.vocab_size);
+  fmt::print("context_length:  {}\n", c.context_length);
+  fmt::print("rope:            theta {}, {} dims per head\n", c.rope_theta, c.rope_dim);
+  fmt::print("rms_eps:         {}\n", c.rms_eps);
+  fmt::print("output:          {}\n", m->output.empty() ? "tied to token_embd" : "separate");
+  fmt::print("tensor types:    {}\n", types);
+  fmt::print("tokenizer:       {}, {} tokens, bos {}, eos {}\n", tok.kind(), tok.vocab_size(), tok.bos(), tok.eos());
+  fmt::print("parameters:      {}\n", m->n_params);
+  return kExitOk;
 }
+
+int run_model_synth(const ModelSynthOptions& o) {
+  SynthOptions s = o.synth;
+  s.tied = !o.untied;
+  std::string bytes = synth_model(s);
+  write_file_atomic(o.out, bytes);
+  if (o.out != "-")
+    fmt::print(stderr, "wrote {} ({} bytes, sha256 {})\n", o.out, bytes.size(), sha256_hex(bytes));
+  return kExitOk;
+}
+
+}  // namespace
+
+void setup_model(CLI::App& parent, Runner& runner) {
+  auto* sub = parent.add_subcommand("model", "Inspect model files and write seeded synthetic models");
+  sub->require_subcommand(1);
+
+  auto info_opts = std::make_shared<ModelInfoOptions>();
+  auto* info = sub->add_subcommand(
+      "info", "Architecture, hyper-parameters, tensor types, tokenizer, parameter count and SHA-256 of a model file");
+  info->add_option("file", info_opts->file, "GGUF (v2/v3, llama) or llama2.c .bin checkpoint")->required();
+  info->add_option("--tokenizer", info_opts->tokenizer,
+                   "llama2.c tokenizer .bin (default: tok<vocab>.bin or tokenizer.bin beside the checkpoint)");
+  info->add_flag("--json", info_opts->json, "print JSON");
+  info->callback([&runner, info_opts] { runner = [info_opts] { return run_model_info(*info_opts); }; });
+
+  auto synth_opts = std::make_shared<ModelSynthOptions>();
+  SynthOptions& s = synth_opts->synth;
+  auto* synth = sub->add_subcommand(
+      "synth", "Write a GGUF Llama model with seeded random weights and a small tokenizer (bit-identical everywhere)");
+  synth->add_option("--out", synth_opts->out, "output file ('-' for stdout)")->required();
+  synth->add_option("--seed", s.seed, "PRNG seed")->capture_default_str();
+  synth->add_option("--dim", s.dim, "embedding length")->capture_default_str();
+  synth->add_option("--hidden", s.hidden_dim, "feed-forward length")->capture_default_str();
+  synth->add_option("--layers", s.n_layers, "number of blocks")->capture_default_str();
+  synth->add_option("--heads", s.n_heads, "attention heads")->capture_default_str();
+  synth->add_option("--kv-heads", s.n_kv_heads, "KV heads (GQA)")->capture_default_str();
+  synth->add_option("--vocab", s.vocab_size, "vocabulary size (at least " + std::to_string(synth_min_vocab()) + ")")
+      ->capture_default_str();
+  synth->add_option("--context", s.context_length, "context length")->capture_default_str();
+  synth->add_option("--type", s.type, "weight matrix type: f32 or f16")->capture_default_str();
+  synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
+  synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
+}
+
 }  // namespace repro::cli
