@@ -1,10 +1,53 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// `repro-audit report REPORT.json [--format json,md,html,junit] [--out DIR]`: re-renders a stored report.
+#include <cstdio>
+
 #include "repro/error.hpp"
+#include "repro/report.hpp"
+#include "repro/util.hpp"
 #include "src/cli/commands.hpp"
 
 namespace repro::cli {
-void setup_report(CLI::App& parent, Runner& runner) {
-  auto* sub = parent.add_subcommand("report", "(not implemented yet)");
-  sub->callback([&runner] { runner = []() -> int { throw UsageError("'report' is not implemented yet"); }; });
+
+namespace {
+struct ReportOptions {
+  std::string input;
+  std::string formats;
+  std::string out;
+  bool verify = false;
+};
+
+int run_report(const ReportOptions& o) {
+  std::string text = read_file(o.input, "report");
+  AuditReport r = from_json(text, o.input);
+  std::string stored, actual;
+  if (!verify_report_digest(text, &stored, &actual)) {
+    std::string msg = "report '" + o.input + "': digests.report_sha256 " + (stored.empty() ? "is missing" : "does not match") +
+                      " (content hashes to " + actual + "); the file was edited after it was written";
+    if (o.verify) throw UsageError(msg + "; re-run the audit to get a signed report");
+    std::fprintf(stderr, "warning: %s\n", msg.c_str());
+  }
+  if (o.formats.empty() && o.out.empty()) {
+    std::fputs(to_terminal(r).c_str(), stdout);
+    return kExitOk;
+  }
+  auto formats = parse_formats(o.formats.empty() ? "json,md,html,junit" : o.formats);
+  auto written = write_reports(r, o.out.empty() ? "-" : o.out, formats);
+  for (const auto& p : written)
+    if (p != "-") std::fprintf(stderr, "wrote %s\n", p.c_str());
+  return kExitOk;
 }
+}  // namespace
+
+void setup_report(CLI::App& parent, Runner& runner) {
+  auto opt = std::make_shared<ReportOptions>();
+  auto* sub = parent.add_subcommand("report", "Re-render a stored report.json (terminal summary by default)");
+  sub->add_option("report", opt->input, "report.json written by `repro-audit run`")->required();
+  sub->add_option("--format,-f", opt->formats,
+                  "Comma-separated formats: json, md, html, junit; FORMAT=PATH writes one to PATH ('-' = stdout). "
+                  "Default with --out: all four");
+  sub->add_option("--out,-o", opt->out, "Output directory ('-' = stdout; default stdout when --format is given)");
+  sub->add_flag("--verify", opt->verify, "Fail (exit 2) when the report's SHA-256 digest does not match its content");
+  sub->callback([&runner, opt] { runner = [opt] { return run_report(*opt); }; });
+}
+
 }  // namespace repro::cli

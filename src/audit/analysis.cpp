@@ -1,0 +1,671 @@
+// Analysis of an audit run: see include/repro/analysis.hpp and docs/REPORT-SCHEMA.md.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "repro/analysis.hpp"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "repro/error.hpp"
+#include "repro/util.hpp"
+
+namespace repro {
+
+// ============================================================================ building blocks
+
+std::string tokens_sha256(const std::vector<int>& tokens) {
+  std::string bytes(tokens.size() * 4, '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t v = static_cast<uint32_t>(tokens[i]);
+    bytes[4 * i + 0] = static_cast<char>(v & 0xff);
+    bytes[4 * i + 1] = static_cast<char>((v >> 8) & 0xff);
+    bytes[4 * i + 2] = static_cast<char>((v >> 16) & 0xff);
+    bytes[4 * i + 3] = static_cast<char>((v >> 24) & 0xff);
+  }
+  return sha256_hex(bytes);
+}
+
+int edit_distance_bounded(const std::vector<int>& av, const std::vector<int>& bv, int max_dist) {
+  const int* a = av.data();
+  const int* b = bv.data();
+  int n = static_cast<int>(av.size()), m = static_cast<int>(bv.size());
+  // strip common prefix and suffix: they never change the distance
+  while (n > 0 && m > 0 && *a == *b) ++a, ++b, --n, --m;
+  while (n > 0 && m > 0 && a[n - 1] == b[m - 1]) --n, --m;
+  if (max_dist < 0) return 0 == n + m ? 0 : max_dist + 1;
+  if (std::abs(n - m) > max_dist) return max_dist + 1;
+  if (n == 0) return m;
+  if (m == 0) return n;
+  const int k = std::min(max_dist, std::max(n, m));
+  const int big = k + 1;
+  std::vector<int> prev(m + 1, big), cur(m + 1, big);
+  for (int j = 0; j <= std::min(m, k); ++j) prev[j] = j;
+  for (int i = 1; i <= n; ++i) {
+    int lo = std::max(1, i - k), hi = std::min(m, i + k);
+    std::fill(cur.begin(), cur.end(), big);
+    if (i <= k) cur[0] = i;
+    int row_min = cur[0];
+    int ai = a[i - 1];
+    for (int j = lo; j <= hi; ++j) {
+      int v = prev[j - 1] + (ai == b[j - 1] ? 0 : 1);
+      v = std::min(v, prev[j] + 1);
+      v = std::min(v, cur[j - 1] + 1);
+      if (v > big) v = big;
+      cur[j] = v;
+      row_min = std::min(row_min, v);
+    }
+    if (row_min > k) return max_dist + 1;  // every path already exceeds the bound
+    std::swap(prev, cur);
+  }
+  return prev[m] > k ? max_dist + 1 : prev[m];
+}
+
+double normalized_edit_distance(const std::vector<int>& a, const std::vector<int>& b) {
+  size_t mx = std::max(a.size(), b.size());
+  if (mx == 0) return 0;
+  int d = edit_distance_bounded(a, b, static_cast<int>(mx));
+  return static_cast<double>(d) / static_cast<double>(mx);
+}
+
+// ---------------------------------------------------------------------------- answer extractor
+
+AnswerExtractor::AnswerExtractor(const std::string& regex, const std::string& json_path) {
+  if (!regex.empty()) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(), PCRE2_UTF, &err,
+                                   &off, nullptr);
+    if (!re) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw UsageError("--answer-regex '" + regex + "': " + reinterpret_cast<char*>(msg) + " at offset " +
+                       std::to_string(off) + "; fix the PCRE2 pattern");
+    }
+    re_ = re;
+  }
+  if (!json_path.empty()) {
+    auto bad = [&](const std::string& why) {
+      return UsageError("--answer-json-path '" + json_path + "': " + why +
+                        "; use a simple path like $.answer or $.choices[0].text");
+    };
+    if (json_path[0] != '$') throw bad("must start with '$'");
+    size_t i = 1;
+    while (i < json_path.size()) {
+      char c = json_path[i];
+      if (c == '.') {
+        size_t j = i + 1;
+        while (j < json_path.size() && json_path[j] != '.' && json_path[j] != '[') ++j;
+        if (j == i + 1) throw bad("empty key after '.' at offset " + std::to_string(i));
+        path_.push_back({false, json_path.substr(i + 1, j - i - 1), 0});
+        i = j;
+      } else if (c == '[') {
+        size_t j = json_path.find(']', i);
+        if (j == std::string::npos) throw bad("missing ']' after offset " + std::to_string(i));
+        std::string inner = json_path.substr(i + 1, j - i - 1);
+        if (inner.size() >= 2 && (inner.front() == '"' || inner.front() == '\'') && inner.back() == inner.front()) {
+          path_.push_back({false, inner.substr(1, inner.size() - 2), 0});
+        } else {
+          if (inner.empty() || inner.find_first_not_of("0123456789") != std::string::npos)
+            throw bad("index '" + inner + "' is not a non-negative integer");
+          path_.push_back({true, "", static_cast<size_t>(std::stoull(inner))});
+        }
+        i = j + 1;
+      } else {
+        throw bad(std::string("unexpected '") + c + "' at offset " + std::to_string(i));
+      }
+    }
+    path_set_ = true;
+  }
+}
+
+AnswerExtractor::~AnswerExtractor() {
+  if (re_) pcre2_code_free(static_cast<pcre2_code*>(re_));
+}
+
+std::optional<std::string> AnswerExtractor::extract(const std::string& text) const {
+  if (re_) {
+    auto* re = static_cast<pcre2_code*>(re_);
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+    int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, md, nullptr);
+    std::optional<std::string> out;
+    if (rc > 0) {
+      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      int group = (rc > 1 && ov[2] != PCRE2_UNSET) ? 1 : 0;
+      out = text.substr(ov[2 * group], ov[2 * group + 1] - ov[2 * group]);
+    }
+    pcre2_match_data_free(md);
+    return out;
+  }
+  if (path_set_) {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    const nlohmann::json* cur = &j;
+    for (const auto& s : path_) {
+      if (s.index) {
+        if (!cur->is_array() || s.pos >= cur->size()) return std::nullopt;
+        cur = &(*cur)[s.pos];
+      } else {
+        if (!cur->is_object()) return std::nullopt;
+        auto it = cur->find(s.key);
+        if (it == cur->end()) return std::nullopt;
+        cur = &*it;
+      }
+    }
+    if (cur->is_string()) return cur->get<std::string>();
+    return cur->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return std::nullopt;
+}
+
+// ============================================================================ analysis
+
+namespace {
+
+bool is_remote(const Completion& c) {
+  return !c.cache_state.empty() || !c.response_id.empty() || !c.system_fingerprint.empty() ||
+         !c.response_model.empty();
+}
+
+std::string output_hash(const Completion& c) {
+  return c.tokens_known ? tokens_sha256(c.tokens) : sha256_hex(c.text);
+}
+
+// The sequence compared by edit distance: token ids, or the text's bytes when ids are unknown.
+std::vector<int> edit_sequence(const Completion& c) {
+  if (c.tokens_known) return c.tokens;
+  std::vector<int> v(c.text.size());
+  for (size_t i = 0; i < c.text.size(); ++i) v[i] = static_cast<unsigned char>(c.text[i]);
+  return v;
+}
+
+// Fingerprint of the bitwise tier: the final logits hash and the logprob bits.
+std::string bit_fingerprint(const Completion& c) {
+  std::string s = c.logits_sha256;
+  s.push_back('|');
+  s.append(reinterpret_cast<const char*>(c.logprobs.data()), c.logprobs.size() * sizeof(float));
+  return s;
+}
+
+struct UnionFind {
+  std::vector<int> p;
+  explicit UnionFind(int n) : p(n) { std::iota(p.begin(), p.end(), 0); }
+  int find(int x) {
+    while (p[x] != x) x = p[x] = p[p[x]];
+    return x;
+  }
+  void unite(int a, int b) {
+    a = find(a), b = find(b);
+    if (a != b) p[std::max(a, b)] = std::min(a, b);
+  }
+};
+
+bool numeric_factor(const std::string& f) { return f == "batch_size" || f == "concurrency" || f == "position" || f == "seed"; }
+
+// Sorts factor values: numerically for numeric factors, otherwise as strings.
+void sort_values(const std::string& factor, std::vector<std::string>& v) {
+  if (numeric_factor(factor)) {
+    std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+      if (a.size() != b.size()) return a.size() < b.size();
+      return a < b;
+    });
+  } else {
+    std::sort(v.begin(), v.end());
+  }
+}
+
+FactorTable make_table(const std::string& factor, const std::vector<std::string>& value_of_member,
+                       const std::vector<int>& cluster_of_member, int nclusters) {
+  FactorTable t;
+  t.factor = factor;
+  std::set<std::string> uniq(value_of_member.begin(), value_of_member.end());
+  t.values.assign(uniq.begin(), uniq.end());
+  sort_values(factor, t.values);
+  std::map<std::string, int> idx;
+  for (size_t i = 0; i < t.values.size(); ++i) idx[t.values[i]] = static_cast<int>(i);
+  t.counts.assign(t.values.size(), std::vector<int>(nclusters, 0));
+  for (size_t m = 0; m < value_of_member.size(); ++m) t.counts[idx[value_of_member[m]]][cluster_of_member[m]]++;
+  bool all_single = true;
+  for (const auto& row : t.counts) {
+    int nz = 0;
+    for (int c : row) nz += c > 0;
+    if (nz != 1) all_single = false;
+  }
+  t.explains = nclusters > 1 && all_single;
+  return t;
+}
+
+struct CaseKey {
+  std::string prompt, decoding, mode;
+  bool operator<(const CaseKey& o) const {
+    return std::tie(prompt, decoding, mode) < std::tie(o.prompt, o.decoding, o.mode);
+  }
+};
+
+void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
+                  const std::vector<std::string>& hashes, const AnswerExtractor& extractor) {
+  cr.n = static_cast<int>(members.size());
+  cr.clusters.clear();
+  cr.factors.clear();
+  if (members.empty()) {
+    cr.unique = 0;
+    cr.tarr = false;
+    cr.bit_unique = 0;
+    if (extractor.configured()) cr.tara = false;
+    return;
+  }
+  // ---- clusters by output hash, in order of first member
+  std::unordered_map<std::string, int> by_hash;
+  std::vector<Cluster> cl;
+  std::vector<int> cluster_of(members.size());
+  for (size_t m = 0; m < members.size(); ++m) {
+    int ci = members[m];
+    auto [it, added] = by_hash.emplace(hashes[ci], static_cast<int>(cl.size()));
+    if (added) {
+      Cluster c;
+      c.hash = hashes[ci];
+      c.text = all[ci].text;
+      c.tokens = all[ci].tokens_known ? all[ci].tokens : std::vector<int>{};
+      cl.push_back(std::move(c));
+    }
+    cl[it->second].count++;
+    cl[it->second].members.push_back(ci);
+    cluster_of[m] = it->second;
+  }
+  // ---- majority: largest, ties by earliest first member (clusters are in first-member order)
+  int maj = 0;
+  for (size_t i = 1; i < cl.size(); ++i)
+    if (cl[i].count > cl[maj].count) maj = static_cast<int>(i);
+  // ---- order: majority first, then count desc, hash asc
+  std::vector<int> order(cl.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int x, int y) {
+    if ((x == maj) != (y == maj)) return x == maj;
+    if (cl[x].count != cl[y].count) return cl[x].count > cl[y].count;
+    return cl[x].hash < cl[y].hash;
+  });
+  std::vector<int> rank(cl.size());
+  for (size_t r = 0; r < order.size(); ++r) rank[order[r]] = static_cast<int>(r);
+  std::vector<Cluster> sorted;
+  sorted.reserve(cl.size());
+  for (int o : order) sorted.push_back(std::move(cl[o]));
+  cl = std::move(sorted);
+  for (auto& c : cluster_of) c = rank[c];
+  cl[0].majority = true;
+
+  cr.unique = static_cast<int>(cl.size());
+  cr.tarr = cr.unique == 1;
+
+  // ---- first divergence vs the majority (token index, byte offset, tokens and logprobs there)
+  const Completion& mrep = all[cl[0].members[0]];
+  for (size_t i = 1; i < cl.size(); ++i) {
+    Cluster& c = cl[i];
+    const Completion& rep = all[c.members[0]];
+    if (rep.tokens_known && mrep.tokens_known) {
+      const auto& a = mrep.tokens;
+      const auto& b = rep.tokens;
+      size_t k = 0;
+      while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+      c.first_divergence_token = static_cast<int>(k);
+      c.majority_token = k < a.size() ? a[k] : -1;
+      c.cluster_token = k < b.size() ? b[k] : -1;
+      if (k < mrep.logprobs.size()) c.majority_logprob = mrep.logprobs[k];
+      if (k < rep.logprobs.size()) c.cluster_logprob = rep.logprobs[k];
+    }
+    const auto& ta = mrep.text;
+    const auto& tb = rep.text;
+    size_t k = 0;
+    while (k < ta.size() && k < tb.size() && ta[k] == tb[k]) ++k;
+    c.first_divergence_char = static_cast<int>(k);
+  }
+
+  // ---- families: single linkage over normalised edit distance <= kFamilyThreshold
+  std::vector<std::vector<int>> seqs(cl.size());
+  for (size_t i = 0; i < cl.size(); ++i) seqs[i] = edit_sequence(all[cl[i].members[0]]);
+  UnionFind uf(static_cast<int>(cl.size()));
+  for (size_t i = 0; i < cl.size(); ++i) {
+    for (size_t j = i + 1; j < cl.size(); ++j) {
+      if (uf.find(static_cast<int>(i)) == uf.find(static_cast<int>(j))) continue;
+      size_t mx = std::max(seqs[i].size(), seqs[j].size());
+      int k = static_cast<int>(std::floor(kFamilyThreshold * static_cast<double>(mx) + 1e-9));
+      if (edit_distance_bounded(seqs[i], seqs[j], k) <= k) uf.unite(static_cast<int>(i), static_cast<int>(j));
+    }
+  }
+  std::map<int, int> fam_id;  // root -> family number, in cluster order; the majority's family is 0
+  for (size_t i = 0; i < cl.size(); ++i) {
+    int r = uf.find(static_cast<int>(i));
+    auto it = fam_id.find(r);
+    if (it == fam_id.end()) it = fam_id.emplace(r, static_cast<int>(fam_id.size())).first;
+    cl[i].family = it->second;
+    cl[i].distance_to_majority = i == 0 ? 0.0 : normalized_edit_distance(seqs[0], seqs[i]);
+  }
+
+  // ---- bitwise tier: distinct (logits hash, logprob bits) fingerprints inside each token cluster
+  cr.bit_unique = 0;
+  for (auto& c : cl) {
+    std::set<std::string> fps;
+    for (int ci : c.members) fps.insert(bit_fingerprint(all[ci]));
+    c.bit_variants = static_cast<int>(fps.size());
+    cr.bit_unique += c.bit_variants;
+  }
+  cr.bit_divergent = cr.unique == 1 && cr.bit_unique > 1;
+
+  // ---- answers (TARa): per cluster (identical outputs have identical text)
+  cr.tara.reset();
+  cr.answer_unique = 0;
+  cr.answer_missing = 0;
+  if (extractor.configured()) {
+    std::set<std::optional<std::string>> answers;
+    for (auto& c : cl) {
+      c.answer = extractor.extract(c.text);
+      answers.insert(c.answer);
+      if (!c.answer) cr.answer_missing += c.count;
+    }
+    cr.answer_unique = static_cast<int>(answers.size());
+    // all N answers present and identical
+    cr.tara = cr.answer_unique == 1 && cr.answer_missing == 0;
+  }
+
+  // ---- factor tables: cluster membership per factor value (only factors that vary)
+  bool remote = false;
+  for (int ci : members) remote = remote || is_remote(all[ci]);
+  struct F {
+    const char* name;
+    std::string (*get)(const Completion&);
+  };
+  static const F local_factors[] = {
+      {"batch_size", [](const Completion& c) { return std::to_string(c.batch_size); }},
+      {"position", [](const Completion& c) { return std::to_string(c.position); }},
+      {"filler_set", [](const Completion& c) { return c.filler_set; }},
+      {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
+  };
+  static const F remote_factors[] = {
+      {"concurrency", [](const Completion& c) { return std::to_string(c.batch_size); }},
+      {"cache_state", [](const Completion& c) { return c.cache_state; }},
+      {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
+      {"system_fingerprint", [](const Completion& c) { return c.system_fingerprint; }},
+  };
+  auto add_factors = [&](const F* fs, size_t nf) {
+    for (size_t f = 0; f < nf; ++f) {
+      std::vector<std::string> vals(members.size());
+      for (size_t m = 0; m < members.size(); ++m) vals[m] = fs[f].get(all[members[m]]);
+      bool varies = false;
+      for (const auto& v : vals) varies = varies || v != vals[0];
+      if (varies) cr.factors.push_back(make_table(fs[f].name, vals, cluster_of, static_cast<int>(cl.size())));
+    }
+  };
+  if (remote)
+    add_factors(remote_factors, std::size(remote_factors));
+  else
+    add_factors(local_factors, std::size(local_factors));
+
+  cr.clusters = std::move(cl);
+}
+
+bool mode_gated(const Thresholds& t, const std::string& mode) {
+  return t.modes.empty() || std::find(t.modes.begin(), t.modes.end(), mode) != t.modes.end();
+}
+
+}  // namespace
+
+void analyze(AuditReport& r) {
+  AnswerExtractor extractor(r.answer_regex, r.answer_json_path);
+  const auto& all = r.completions;
+
+  // ---- group by (prompt, decoding, mode), in order of first appearance
+  std::vector<std::string> hashes(all.size());
+  std::map<CaseKey, int> case_of;
+  std::vector<std::vector<int>> members;
+  r.cases.clear();
+  std::vector<std::string> mode_order;
+  bool any_remote = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Completion& c = all[i];
+    CaseKey key{c.prompt_id, c.decoding_id, c.mode};
+    auto [it, added] = case_of.emplace(key, static_cast<int>(r.cases.size()));
+    if (added) {
+      CaseResult cr;
+      cr.prompt_id = c.prompt_id;
+      cr.decoding_id = c.decoding_id;
+      cr.mode = c.mode;
+      if (auto p = r.prompts.find(c.prompt_id); p != r.prompts.end()) cr.prompt_text = p->second;
+      r.cases.push_back(std::move(cr));
+      members.emplace_back();
+      if (std::find(mode_order.begin(), mode_order.end(), c.mode) == mode_order.end()) mode_order.push_back(c.mode);
+    }
+    any_remote = any_remote || is_remote(c);
+    if (!c.error.empty()) {
+      r.cases[it->second].errors++;
+      continue;
+    }
+    hashes[i] = output_hash(c);
+    members[it->second].push_back(static_cast<int>(i));
+  }
+  for (size_t k = 0; k < r.cases.size(); ++k) analyze_case(r.cases[k], all, members[k], hashes, extractor);
+
+  // ---- cross-mode tables: per (prompt, decoding), which outputs each mode produced
+  r.cross_mode.clear();
+  if (mode_order.size() > 1) {
+    std::map<std::pair<std::string, std::string>, std::vector<int>> groups;
+    std::vector<std::pair<std::string, std::string>> group_order;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].error.empty()) continue;
+      auto key = std::make_pair(all[i].prompt_id, all[i].decoding_id);
+      auto [it, added] = groups.try_emplace(key);
+      if (added) group_order.push_back(key);
+      it->second.push_back(static_cast<int>(i));
+    }
+    for (const auto& key : group_order) {
+      const auto& g = groups[key];
+      std::map<std::string, int> total;
+      for (int i : g) total[hashes[i]]++;
+      CrossModeTable x;
+      x.prompt_id = key.first;
+      x.decoding_id = key.second;
+      for (const auto& [h, n] : total) x.hashes.push_back(h);
+      std::stable_sort(x.hashes.begin(), x.hashes.end(),
+                       [&](const std::string& a, const std::string& b) { return total[a] > total[b]; });
+      std::map<std::string, int> col;
+      for (size_t c = 0; c < x.hashes.size(); ++c) col[x.hashes[c]] = static_cast<int>(c);
+      x.table.factor = any_remote ? "endpoint" : "mode";
+      for (const auto& m : mode_order) {
+        std::vector<int> row(x.hashes.size(), 0);
+        bool present = false;
+        for (int i : g)
+          if (all[i].mode == m) row[col[hashes[i]]]++, present = true;
+        if (!present) continue;
+        x.table.values.push_back(m);
+        x.table.counts.push_back(row);
+      }
+      if (x.table.values.size() < 2) continue;
+      bool single = true;
+      for (const auto& row : x.table.counts)
+        single = single && std::count_if(row.begin(), row.end(), [](int v) { return v > 0; }) == 1;
+      x.table.explains = x.hashes.size() > 1 && single;
+      r.cross_mode.push_back(std::move(x));
+    }
+  }
+
+  // ---- throughput: rows given by the runner (measured wall time) are kept; otherwise computed per
+  // (mode, batch size) as sum of generated tokens / sum of completion latencies
+  if (r.throughput.empty()) {
+    std::map<std::pair<std::string, int>, ThroughputRow> rows;
+    for (const auto& c : all) {
+      if (!c.error.empty()) continue;
+      auto& row = rows[{c.mode, c.batch_size}];
+      row.mode = c.mode;
+      row.batch_size = c.batch_size;
+      row.tokens += c.completion_tokens > 0 ? c.completion_tokens : static_cast<int64_t>(c.tokens.size());
+      row.seconds += c.latency_s;
+    }
+    for (const auto& m : mode_order)
+      for (auto& [k, row] : rows)
+        if (k.first == m) r.throughput.push_back(row);
+  }
+  for (auto& row : r.throughput) {
+    if (row.seconds > 0 && row.tokens > 0) row.tokens_per_s = static_cast<double>(row.tokens) / row.seconds;
+    row.ratio_vs_default.reset();
+  }
+  std::string base_mode;
+  for (const auto& row : r.throughput)
+    if (row.mode == "default") base_mode = "default";
+  if (base_mode.empty() && !r.throughput.empty()) base_mode = r.throughput[0].mode;
+  for (auto& row : r.throughput) {
+    for (const auto& b : r.throughput)
+      if (b.mode == base_mode && b.batch_size == row.batch_size && b.tokens_per_s > 0)
+        row.ratio_vs_default = row.tokens_per_s / b.tokens_per_s;
+  }
+
+  // ---- per-case verdicts, per-mode summaries, the gate
+  Summary& s = r.summary;
+  bool interrupted = s.interrupted;
+  s = Summary{};
+  s.interrupted = interrupted;
+  for (const auto& row : r.throughput)
+    if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
+  bool any_divergent_gate = false, any_error_gate = false;
+  for (const auto& m : mode_order) {
+    ModeSummary ms;
+    ms.mode = m;
+    ms.gated = mode_gated(r.thresholds, m);
+    int tarr = 0, bitdiv = 0, n_total = 0;
+    double unique_sum = 0;
+    for (auto& cr : r.cases) {
+      if (cr.mode != m) continue;
+      cr.divergent = cr.unique > 1 || (cr.tara.has_value() && !*cr.tara);
+      cr.failed = ms.gated && (cr.divergent || cr.n == 0);
+      ms.cases++;
+      ms.divergent_cases += cr.divergent;
+      tarr += cr.tarr;
+      bitdiv += cr.bit_divergent;
+      unique_sum += cr.unique;
+      ms.errors += cr.errors;
+      n_total += cr.n;
+    }
+    if (ms.cases > 0) {
+      ms.tarr_rate = static_cast<double>(tarr) / ms.cases;
+      ms.mean_unique = unique_sum / ms.cases;
+      ms.bit_divergent_share = static_cast<double>(bitdiv) / ms.cases;
+    }
+    double ratio_sum = 0;
+    int ratio_n = 0;
+    for (const auto& row : r.throughput)
+      if (row.mode == m && row.ratio_vs_default) ratio_sum += *row.ratio_vs_default, ratio_n++;
+    if (ratio_n > 0) ms.throughput_ratio = ratio_sum / ratio_n;
+    int requests = n_total + ms.errors;
+    double error_rate = requests > 0 ? static_cast<double>(ms.errors) / requests : 0.0;
+    bool err_gate = ms.gated && (error_rate > r.thresholds.max_error_rate + 1e-12 || (ms.cases > 0 && n_total == 0));
+    bool div_gate = ms.gated && ms.cases > 0 &&
+                    (ms.divergent_cases > r.thresholds.max_divergent || ms.tarr_rate + 1e-12 < r.thresholds.min_tarr);
+    ms.verdict = err_gate ? "errors" : div_gate ? "divergent" : "reproducible";
+    any_error_gate = any_error_gate || err_gate;
+    any_divergent_gate = any_divergent_gate || div_gate;
+    s.modes.push_back(ms);
+  }
+  for (const auto& cr : r.cases) {
+    s.cases++;
+    s.divergent_cases += cr.divergent;
+    s.max_unique = std::max(s.max_unique, cr.unique);
+    s.completions += cr.n;
+    s.errors += cr.errors;
+  }
+  s.verdict = s.interrupted ? "interrupted" : any_error_gate ? "errors" : any_divergent_gate ? "divergent" : "reproducible";
+}
+
+int exit_code_for(const AuditReport& r) {
+  const auto& v = r.summary.verdict;
+  if (r.summary.interrupted || v == "interrupted") return kExitInterrupted;
+  if (v == "errors") return kExitBackend;
+  if (v == "divergent") return kExitDivergent;
+  return kExitOk;
+}
+
+std::vector<BatchPoint> unique_by_batch(const AuditReport& r) {
+  struct Acc {
+    double unique_sum = 0, off_sum = 0;
+    int cases = 0, completions = 0;
+  };
+  std::vector<std::string> mode_order;
+  std::map<std::pair<std::string, int>, Acc> acc;
+  for (const auto& cr : r.cases) {
+    if (std::find(mode_order.begin(), mode_order.end(), cr.mode) == mode_order.end()) mode_order.push_back(cr.mode);
+    std::map<int, std::set<int>> uniq;  // batch size -> clusters seen
+    std::map<int, std::pair<int, int>> off;  // batch size -> (off-majority, total)
+    for (size_t k = 0; k < cr.clusters.size(); ++k) {
+      for (int ci : cr.clusters[k].members) {
+        if (ci < 0 || ci >= static_cast<int>(r.completions.size())) continue;
+        int b = r.completions[ci].batch_size;
+        uniq[b].insert(static_cast<int>(k));
+        off[b].first += k != 0;
+        off[b].second++;
+      }
+    }
+    for (const auto& [b, set] : uniq) {
+      auto& a = acc[{cr.mode, b}];
+      a.unique_sum += static_cast<double>(set.size());
+      a.off_sum += static_cast<double>(off[b].first) / off[b].second;
+      a.cases++;
+      a.completions += off[b].second;
+    }
+  }
+  std::vector<BatchPoint> out;
+  for (const auto& m : mode_order)
+    for (const auto& [k, a] : acc)
+      if (k.first == m)
+        out.push_back({m, k.second, a.unique_sum / a.cases, a.off_sum / a.cases, a.completions});
+  return out;
+}
+
+// ============================================================================ benchmark
+
+double bench_analysis(int completions, int tokens, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  AuditReport r;
+  const int per_case = 100;
+  const int batch_sizes[] = {1, 4, 16, 64};
+  r.completions.reserve(completions);
+  std::vector<int> base(tokens);
+  for (int i = 0; i < completions; ++i) {
+    int case_id = i / per_case;
+    int rep = i % per_case;
+    bool def = case_id % 2 == 0;
+    if (rep == 0) {
+      std::mt19937_64 cr(seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(case_id / 2 + 1)));
+      for (auto& t : base) t = static_cast<int>(cr() % 32000);
+    }
+    Completion c;
+    c.prompt_id = "p" + std::to_string(case_id / 2);
+    c.decoding_id = "greedy";
+    c.mode = def ? "default" : "batch-invariant";
+    c.batch_size = batch_sizes[rep % 4];
+    c.position = rep % 3;
+    c.filler_set = "f" + std::to_string(rep % 5);
+    c.repeat = rep;
+    c.tokens = base;
+    if (def && c.batch_size >= 16) {
+      // divergence: from a batch-size-dependent point on, a different continuation
+      int at = tokens / 2 + (c.batch_size == 16 ? 0 : 7) + static_cast<int>(rng() % 2);
+      for (int t = std::min(at, tokens); t < tokens; ++t) c.tokens[t] = static_cast<int>((c.tokens[t] * 31 + at) % 32000);
+    }
+    c.logprobs.assign(tokens, -0.5f);
+    c.logits_sha256 = def ? std::to_string(c.batch_size) : "x";
+    c.text.reserve(tokens * 4);
+    for (int t : c.tokens) c.text += std::to_string(t % 1000) + " ";
+    c.completion_tokens = tokens;
+    c.latency_s = 0.001 * tokens * (def ? 1.0 : 1.4);
+    r.completions.push_back(std::move(c));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  analyze(r);
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+}  // namespace repro

@@ -1,0 +1,342 @@
+// Self-contained HTML report: one file, inline CSS and SVG, no scripts, no network.
+// Verdict up top; headline table per mode; charts (unique completions per batch size, first-divergence
+// positions, throughput per batch size); per case the clusters with the divergent text highlighted.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "repro/analysis.hpp"
+#include "repro/report.hpp"
+
+namespace repro {
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+const char* kPalette[] = {"#c0392b", "#1e8449", "#2471a3", "#d68910", "#7d3c98", "#566573", "#17a589", "#a04000"};
+
+// Grouped bar chart: categories on x, one bar per series. NaN values are not drawn.
+struct Series {
+  std::string name;
+  std::vector<double> values;  // one per category
+};
+
+std::string bar_chart(const std::string& title, const std::string& xlabel, const std::string& ylabel,
+                      const std::vector<std::string>& cats, const std::vector<Series>& series, const char* value_fmt) {
+  const double W = 620, H = 280, L = 60, R = 16, T = 44, B = 48;
+  double maxv = 0;
+  for (const auto& s : series)
+    for (double v : s.values)
+      if (std::isfinite(v)) maxv = std::max(maxv, v);
+  if (maxv <= 0) maxv = 1;
+  // a "nice" axis maximum: 1, 2 or 5 times a power of ten
+  double p = std::pow(10.0, std::floor(std::log10(maxv)));
+  double top = maxv <= p ? p : maxv <= 2 * p ? 2 * p : maxv <= 5 * p ? 5 * p : 10 * p;
+  std::string o = fmt::format(
+      "<figure class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" "
+      "height=\"{1}\" role=\"img\" aria-label=\"{2}\">\n<text x=\"{3}\" y=\"18\" class=\"ct\">{2}</text>\n",
+      W, H, esc(title), L);
+  double pw = W - L - R, ph = H - T - B;
+  for (int i = 0; i <= 4; ++i) {
+    double v = top * i / 4, y = T + ph - ph * i / 4;
+    o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>", L, y, W - R, y);
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"yl\">{}</text>\n", L - 6, y + 4,
+                     fmt::format(fmt::runtime(value_fmt), v));
+  }
+  o += fmt::format("<text x=\"14\" y=\"{:.1f}\" class=\"al\" transform=\"rotate(-90 14 {:.1f})\">{}</text>\n",
+                   T + ph / 2, T + ph / 2, esc(ylabel));
+  o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"al\">{}</text>\n", L + pw / 2, H - 6, esc(xlabel));
+  size_t nc = std::max<size_t>(cats.size(), 1), ns = std::max<size_t>(series.size(), 1);
+  double gw = pw / static_cast<double>(nc), bw = std::min(40.0, gw * 0.8 / static_cast<double>(ns));
+  for (size_t c = 0; c < cats.size(); ++c) {
+    double gx = L + gw * static_cast<double>(c) + (gw - bw * static_cast<double>(ns)) / 2;
+    for (size_t s = 0; s < series.size(); ++s) {
+      double v = c < series[s].values.size() ? series[s].values[c] : NAN;
+      if (!std::isfinite(v)) continue;
+      double h = ph * v / top, x = gx + bw * static_cast<double>(s);
+      o += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} @ {}: {}</title></rect>",
+          x, T + ph - h, std::max(bw - 1, 1.0), std::max(h, 0.5), kPalette[s % std::size(kPalette)],
+          esc(series[s].name), esc(cats[c]), fmt::format(fmt::runtime(value_fmt), v));
+    }
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"xl\">{}</text>\n", L + gw * (static_cast<double>(c) + 0.5),
+                     T + ph + 16, esc(cats[c]));
+  }
+  o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"axis\"/>\n", L, T + ph, W - R, T + ph);
+  double lx = L;
+  for (size_t s = 0; s < series.size(); ++s) {
+    o += fmt::format("<rect x=\"{:.1f}\" y=\"26\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1f}\" y=\"35\" "
+                     "class=\"lg\">{}</text>",
+                     lx, kPalette[s % std::size(kPalette)], lx + 14, esc(series[s].name));
+    lx += 24 + 7.0 * static_cast<double>(series[s].name.size());
+  }
+  if (cats.empty()) o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"al\">no data</text>", L + pw / 2, T + ph / 2);
+  o += "\n</svg></figure>\n";
+  return o;
+}
+
+std::vector<std::string> modes_of(const AuditReport& r) {
+  std::vector<std::string> m;
+  for (const auto& s : r.summary.modes) m.push_back(s.mode);
+  for (const auto& c : r.cases)
+    if (std::find(m.begin(), m.end(), c.mode) == m.end()) m.push_back(c.mode);
+  return m;
+}
+
+std::string chart_unique(const AuditReport& r) {
+  auto pts = unique_by_batch(r);
+  std::vector<int> bs;
+  for (const auto& p : pts)
+    if (std::find(bs.begin(), bs.end(), p.batch_size) == bs.end()) bs.push_back(p.batch_size);
+  std::sort(bs.begin(), bs.end());
+  std::vector<std::string> cats;
+  for (int b : bs) cats.push_back(std::to_string(b));
+  std::vector<Series> ser;
+  for (const auto& m : modes_of(r)) {
+    Series s{m, std::vector<double>(bs.size(), NAN)};
+    for (const auto& p : pts)
+      if (p.mode == m) s.values[std::find(bs.begin(), bs.end(), p.batch_size) - bs.begin()] = p.mean_unique;
+    ser.push_back(s);
+  }
+  return bar_chart("Unique completions per batch size (mean over cases)", "batch size (concurrency for endpoints)",
+                   "unique completions", cats, ser, "{:.1f}");
+}
+
+std::string chart_divergence(const AuditReport& r) {
+  int maxpos = -1;
+  for (const auto& c : r.cases)
+    for (const auto& k : c.clusters)
+      if (!k.majority) maxpos = std::max(maxpos, k.first_divergence_token >= 0 ? k.first_divergence_token : k.first_divergence_char);
+  std::vector<std::string> cats;
+  int width = 1, nb = 0;
+  if (maxpos >= 0) {
+    width = maxpos < 16 ? 1 : (maxpos + 16) / 16;
+    nb = maxpos / width + 1;
+    for (int b = 0; b < nb; ++b)
+      cats.push_back(width == 1 ? std::to_string(b) : fmt::format("{}-{}", b * width, b * width + width - 1));
+  }
+  std::vector<Series> ser;
+  bool any_text = false;
+  for (const auto& m : modes_of(r)) {
+    Series s{m, std::vector<double>(nb, 0.0)};
+    for (const auto& c : r.cases) {
+      if (c.mode != m) continue;
+      for (const auto& k : c.clusters) {
+        if (k.majority) continue;
+        int pos = k.first_divergence_token;
+        if (pos < 0) pos = k.first_divergence_char, any_text = true;
+        if (pos >= 0) s.values[pos / width] += k.count;
+      }
+    }
+    ser.push_back(s);
+  }
+  return bar_chart("Where completions first diverge from the majority",
+                   any_text ? "first divergence (token index; char offset where ids are unknown)"
+                            : "first divergence (token index)",
+                   "divergent completions", cats, ser, "{:.0f}");
+}
+
+std::string chart_throughput(const AuditReport& r) {
+  std::vector<int> bs;
+  for (const auto& t : r.throughput)
+    if (std::find(bs.begin(), bs.end(), t.batch_size) == bs.end()) bs.push_back(t.batch_size);
+  std::sort(bs.begin(), bs.end());
+  std::vector<std::string> cats;
+  for (int b : bs) cats.push_back(std::to_string(b));
+  std::vector<std::string> modes;
+  for (const auto& t : r.throughput)
+    if (std::find(modes.begin(), modes.end(), t.mode) == modes.end()) modes.push_back(t.mode);
+  std::vector<Series> ser;
+  for (const auto& m : modes) {
+    Series s{m, std::vector<double>(bs.size(), NAN)};
+    for (const auto& t : r.throughput)
+      if (t.mode == m) s.values[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.tokens_per_s;
+    ser.push_back(s);
+  }
+  return bar_chart("Throughput per batch size", "batch size (concurrency for endpoints)", "generated tokens/s", cats,
+                   ser, "{:.0f}");
+}
+
+// The cluster's text with everything from the first divergence on highlighted.
+std::string highlighted(const Cluster& k) {
+  if (k.majority || k.first_divergence_char < 0) return esc(k.text);
+  size_t at = std::min(static_cast<size_t>(k.first_divergence_char), k.text.size());
+  while (at > 0 && at < k.text.size() && (static_cast<unsigned char>(k.text[at]) & 0xC0) == 0x80) --at;
+  std::string rest = k.text.substr(at);
+  return esc(k.text.substr(0, at)) + "<mark>" + (rest.empty() ? "&#8718; (ends here)" : esc(rest)) + "</mark>";
+}
+
+std::string lp(const std::optional<float>& v) { return v ? fmt::format("{:.4f}", *v) : "&ndash;"; }
+
+const char* kCss = R"(body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#1c2833;background:#fff}
+h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d5d8dc;padding-bottom:4px}
+.verdict{padding:14px 18px;border-radius:8px;font-size:20px;font-weight:700;color:#fff}
+.verdict small{display:block;font-size:14px;font-weight:400;margin-top:4px}
+.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-interrupted,.v-unknown{background:#566573}
+.meta{color:#566573;font-size:13px;margin:8px 0}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:14px}th,td{border:1px solid #d5d8dc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.bad{color:#c0392b;font-weight:600}.good{color:#1e8449;font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:8px}.chart{margin:0;border:1px solid #e5e8e8;border-radius:6px;padding:4px}
+.ct{font-size:14px;font-weight:600;fill:#1c2833}.yl{font-size:11px;text-anchor:end;fill:#566573}.xl{font-size:11px;text-anchor:middle;fill:#566573}
+.al{font-size:12px;text-anchor:middle;fill:#566573}.lg{font-size:12px;fill:#1c2833}.grid{stroke:#eaeded}.axis{stroke:#566573}
+details{border:1px solid #d5d8dc;border-radius:6px;margin:6px 0;padding:4px 10px}summary{cursor:pointer;font-weight:600}
+.txt{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;max-height:12em;overflow:auto}
+mark{background:#f9d0c4;color:#78281f}code{font-size:12px}
+)";
+
+}  // namespace
+
+std::string to_html(const AuditReport& r) {
+  const Summary& s = r.summary;
+  std::string verdict = s.verdict.empty() ? "unknown" : s.verdict;
+  std::string vu = verdict;
+  for (auto& ch : vu) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  std::string o;
+  o += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  o += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  o += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n";
+  o += fmt::format("<title>repro-audit report: {}</title>\n<style>\n{}</style>\n</head>\n<body>\n", esc(vu), kCss);
+  o += "<h1>repro-audit determinism report</h1>\n";
+  o += fmt::format("<div class=\"verdict v-{}\" id=\"verdict\">Verdict: {}<small>{} of {} cases divergent &middot; at "
+                   "most {} unique completions per case &middot; {} completions &middot; {} errors &middot; exit {}</small></div>\n",
+                   esc(verdict), esc(vu), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors,
+                   exit_code_for(r));
+  if (s.interrupted) o += "<p class=\"bad\">The run was interrupted: this report covers what finished.</p>\n";
+  o += fmt::format("<p class=\"meta\">schema {}", esc(kReportSchema));
+  if (!r.profile.empty()) o += " &middot; profile " + esc(r.profile);
+  if (!r.created.empty()) o += " &middot; created " + esc(r.created);
+  o += fmt::format(" &middot; gate per mode: at most {} divergent cases, TARr@N &ge; {}", r.thresholds.max_divergent,
+                   fmt_percent(r.thresholds.min_tarr));
+  if (!r.thresholds.modes.empty()) {
+    o += " (gated modes:";
+    for (const auto& m : r.thresholds.modes) {
+      o += ' ';
+      o += esc(m);
+    }
+    o += ")";
+  }
+  if (!r.answer_regex.empty()) o += " &middot; answer regex <code>" + esc(r.answer_regex) + "</code>";
+  if (!r.answer_json_path.empty()) o += " &middot; answer JSON path <code>" + esc(r.answer_json_path) + "</code>";
+  o += "</p>\n";
+
+  // ---- headline
+  o += "<h2>Reproducibility and its cost, per mode</h2>\n<table id=\"headline\"><tr><th>mode</th><th>cases</th>"
+       "<th>TARr@N</th><th>mean unique</th><th>bit-divergent</th><th>divergent cases</th><th>throughput vs default</th>"
+       "<th>errors</th><th>gate</th></tr>\n";
+  for (const auto& m : s.modes) {
+    std::string gate = m.gated ? m.verdict : "not gated";
+    o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n {}\">{}</td><td class=\"n\">{:.2f}</td>"
+                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                     "<td class=\"{}\">{}</td></tr>\n",
+                     esc(m.mode), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
+                     fmt_percent(m.bit_divergent_share), m.divergent_cases,
+                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors,
+                     !m.gated ? "" : m.verdict == "reproducible" ? "good" : "bad", esc(gate));
+  }
+  o += "</table>\n";
+
+  // ---- charts
+  o += "<h2>Charts</h2>\n<div class=\"charts\">\n";
+  o += chart_unique(r);
+  o += chart_divergence(r);
+  o += chart_throughput(r);
+  o += "</div>\n";
+
+  if (!r.throughput.empty()) {
+    o += "<h2>Throughput</h2>\n<table><tr><th>mode</th><th>batch size</th><th>tokens</th><th>seconds</th>"
+         "<th>tokens/s</th><th>vs default</th></tr>\n";
+    for (const auto& t : r.throughput)
+      o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td>"
+                       "<td class=\"n\">{:.1f}</td><td class=\"n\">{}</td></tr>\n",
+                       esc(t.mode), t.batch_size, t.tokens, t.seconds, t.tokens_per_s,
+                       t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "&ndash;");
+    o += "</table>\n";
+  }
+
+  if (!r.cross_mode.empty()) {
+    o += "<h2>Outputs across modes</h2>\n<table><tr><th>prompt</th><th>decoding</th><th>outputs per mode</th>"
+         "<th>modes disagree</th></tr>\n";
+    for (const auto& x : r.cross_mode) {
+      std::string per;
+      for (size_t v = 0; v < x.table.values.size(); ++v) {
+        per += (v ? "<br>" : "") + esc(x.table.values[v]) + ":";
+        for (size_t c = 0; c < x.hashes.size(); ++c)
+          if (x.table.counts[v][c] > 0) per += fmt::format(" <code>{}</code>&times;{}", short_hash(x.hashes[c]), x.table.counts[v][c]);
+      }
+      o += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", esc(x.prompt_id),
+                       esc(x.decoding_id), per,
+                       x.hashes.size() > 1 ? (x.table.explains ? "yes (each mode consistent)" : "yes") : "no");
+    }
+    o += "</table>\n";
+  }
+
+  // ---- cases
+  o += "<h2>Cases</h2>\n";
+  for (const auto& c : r.cases) {
+    std::string state = c.n == 0 ? "no completions" : c.divergent ? "divergent" : "reproducible";
+    o += fmt::format("<details{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
+                     "{} unique of {}</summary>\n",
+                     c.divergent || c.n == 0 ? " open" : "", c.divergent || c.n == 0 ? "bad" : "good", esc(state),
+                     esc(c.prompt_id), esc(c.decoding_id), esc(c.mode), c.unique, c.n);
+    if (!c.prompt_text.empty()) o += "<p>Prompt:</p><div class=\"txt\">" + esc(c.prompt_text) + "</div>\n";
+    o += fmt::format("<p>TARr@N {}", c.tarr ? "yes" : "no");
+    if (c.tara) o += fmt::format(" &middot; TARa@N {} ({} distinct answers, {} missing)", *c.tara ? "yes" : "no",
+                                 c.answer_unique, c.answer_missing);
+    o += fmt::format(" &middot; bit-level variants {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
+    if (c.errors) o += fmt::format(" &middot; <span class=\"bad\">{} errors</span>", c.errors);
+    o += "</p>\n";
+    if (!c.clusters.empty()) {
+      o += "<table><tr><th>#</th><th>count</th><th>hash</th><th>first divergence<br>token / char</th>"
+           "<th>majority token (logprob)</th><th>cluster token (logprob)</th><th>family</th><th>distance</th>"
+           "<th>bit variants</th><th>text</th></tr>\n";
+      for (size_t i = 0; i < c.clusters.size(); ++i) {
+        const Cluster& k = c.clusters[i];
+        std::string text = "<div class=\"txt\">" + highlighted(k) + "</div>";
+        if (k.answer) text += "answer: <code>" + esc(*k.answer) + "</code>";
+        o += fmt::format(
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code title=\"{}\">{}</code></td><td>{}</td>"
+            "<td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+            i + 1, k.count, esc(k.hash), short_hash(k.hash),
+            k.majority ? "majority" : fmt::format("{} / {}", k.first_divergence_token, k.first_divergence_char),
+            k.majority ? "" : fmt::format("{} ({})", k.majority_token, lp(k.majority_logprob)),
+            k.majority ? "" : fmt::format("{} ({})", k.cluster_token, lp(k.cluster_logprob)), k.family,
+            k.distance_to_majority, k.bit_variants, text);
+      }
+      o += "</table>\n";
+    }
+    for (const auto& f : c.factors) {
+      o += fmt::format("<table><tr><th>{}{}</th>", esc(f.factor), f.explains ? " (explains)" : "");
+      for (size_t i = 0; i < c.clusters.size(); ++i) o += fmt::format("<th>c{}</th>", i + 1);
+      o += "</tr>\n";
+      for (size_t v = 0; v < f.values.size(); ++v) {
+        o += "<tr><td>" + esc(f.values[v]) + "</td>";
+        for (int n : f.counts[v]) o += fmt::format("<td class=\"n\">{}</td>", n);
+        o += "</tr>\n";
+      }
+      o += "</table>\n";
+    }
+    o += "</details>\n";
+  }
+  o += "</body>\n</html>\n";
+  return o;
+}
+
+}  // namespace repro

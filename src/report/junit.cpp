@@ -1,0 +1,97 @@
+// JUnit XML: one testsuite per mode, one testcase per case. Divergent cases in gated modes fail with
+// the cluster summary as message; cases without any completion are errors.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+
+#include "repro/report.hpp"
+
+namespace repro {
+
+namespace {
+
+// XML 1.0 text/attribute escaping; control characters XML cannot carry become U+FFFD.
+std::string xml(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      case '\n': o += "&#10;"; break;
+      case '\t': o += "&#9;"; break;
+      case '\r': o += "&#13;"; break;
+      default:
+        if (c < 0x20)
+          o += "\xEF\xBF\xBD";
+        else
+          o += ch;
+    }
+  }
+  return o;
+}
+
+std::string head(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // UTF-8 boundary
+  return s.substr(0, n) + "...";
+}
+
+}  // namespace
+
+std::string to_junit(const AuditReport& r) {
+  std::vector<std::string> modes;
+  for (const auto& c : r.cases)
+    if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+  std::map<std::string, double> seconds;  // per case key: summed latency of its completions
+  for (const auto& c : r.completions) seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + c.mode] += c.latency_s;
+
+  int tests = 0, failures = 0, errors = 0;
+  std::string body;
+  for (const auto& m : modes) {
+    int t = 0, f = 0, e = 0;
+    double suite_time = 0;
+    std::string cases;
+    for (const auto& c : r.cases) {
+      if (c.mode != m) continue;
+      double time = seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + c.mode];
+      suite_time += time;
+      ++t;
+      cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"{} [{}]\" time=\"{:.3f}\"", xml(m),
+                           xml(c.prompt_id), xml(c.decoding_id), time);
+      std::string summary = case_summary(c);
+      if (c.n == 0 && c.failed) {
+        ++e;
+        cases += fmt::format(">\n      <error message=\"{}\" type=\"no-completions\"/>\n    </testcase>\n", xml(summary));
+      } else if (c.failed) {
+        ++f;
+        std::string detail;
+        for (size_t i = 0; i < c.clusters.size(); ++i)
+          detail += fmt::format("c{} x{} {}: {}\n", i + 1, c.clusters[i].count, c.clusters[i].hash,
+                                head(c.clusters[i].text, 200));
+        cases += fmt::format(">\n      <failure message=\"{}\" type=\"divergent\">{}</failure>\n    </testcase>\n",
+                             xml(summary), xml(detail));
+      } else {
+        cases += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml(summary));
+      }
+    }
+    body += fmt::format("  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
+                        "skipped=\"0\" time=\"{:.3f}\">\n",
+                        xml(m), t, f, e, suite_time);
+    body += cases;
+    body += "  </testsuite>\n";
+    tests += t, failures += f, errors += e;
+  }
+  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o += fmt::format("<testsuites name=\"repro-audit\" tests=\"{}\" failures=\"{}\" errors=\"{}\">\n", tests, failures,
+                   errors);
+  o += body;
+  o += "</testsuites>\n";
+  return o;
+}
+
+}  // namespace repro

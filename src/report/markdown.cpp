@@ -1,0 +1,160 @@
+// Markdown report: verdict, headline table per mode, throughput, then every case with its clusters.
+#include <fmt/core.h>
+
+#include "repro/analysis.hpp"
+#include "repro/report.hpp"
+
+namespace repro {
+
+namespace {
+
+// Text inside a table cell: escape what Markdown would interpret, keep it on one line.
+std::string cell(const std::string& s, size_t max_bytes = 0) {
+  std::string out;
+  size_t n = s.size();
+  bool cut = false;
+  if (max_bytes > 0 && n > max_bytes) {
+    n = max_bytes;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // UTF-8 boundary
+    cut = true;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[i];
+    switch (c) {
+      case '|': out += "\\|"; break;
+      case '\\': out += "\\\\"; break;
+      case '`': out += "\\`"; break;
+      case '*': out += "\\*"; break;
+      case '_': out += "\\_"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '[': out += "\\["; break;
+      case ']': out += "\\]"; break;
+      case '\n': out += "⏎"; break;
+      case '\r': break;
+      case '\t': out += ' '; break;
+      default: out += c;
+    }
+  }
+  if (cut) out += "…";
+  return out;
+}
+
+std::string logprob(const std::optional<float>& v) { return v ? fmt::format("{:.4f}", *v) : "-"; }
+
+}  // namespace
+
+std::string to_markdown(const AuditReport& r) {
+  const Summary& s = r.summary;
+  std::string o;
+  o += "# repro-audit report\n\n";
+  std::string verdict = s.verdict.empty() ? "unknown" : s.verdict;
+  o += fmt::format("**Verdict: {}** (exit {}): {} of {} cases divergent, at most {} unique completions per case; "
+                   "{} completions, {} errors.\n\n",
+                   verdict, exit_code_for(r), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors);
+  if (s.interrupted) o += "The run was interrupted: this report covers what finished.\n\n";
+  o += fmt::format("Schema `{}`", kReportSchema);
+  if (!r.profile.empty()) o += fmt::format(" · profile `{}`", cell(r.profile));
+  if (!r.created.empty()) o += fmt::format(" · created {}", cell(r.created));
+  o += fmt::format(" · gate: at most {} divergent cases and TARr@N >= {} per mode", r.thresholds.max_divergent,
+                   fmt_percent(r.thresholds.min_tarr));
+  if (!r.thresholds.modes.empty()) {
+    o += " (modes:";
+    for (const auto& m : r.thresholds.modes) {
+      o += ' ';
+      o += cell(m);
+    }
+    o += ")";
+  }
+  o += "\n\n";
+
+  o += "## Reproducibility and throughput per mode\n\n";
+  o += "| mode | cases | TARr@N | mean unique | bit-divergent | divergent cases | throughput vs default | errors | gate |\n";
+  o += "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& m : s.modes)
+    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} |\n", cell(m.mode), m.cases,
+                     fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share), m.divergent_cases,
+                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-", m.errors,
+                     m.gated ? m.verdict : "not gated");
+  o += "\n";
+
+  if (!r.throughput.empty()) {
+    o += "## Throughput\n\n";
+    o += "| mode | batch size | tokens | seconds | tokens/s | vs default |\n|---|---:|---:|---:|---:|---:|\n";
+    for (const auto& t : r.throughput)
+      o += fmt::format("| {} | {} | {} | {:.3f} | {:.1f} | {} |\n", cell(t.mode), t.batch_size, t.tokens, t.seconds,
+                       t.tokens_per_s, t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "-");
+    o += "\n";
+  }
+
+  if (!r.cross_mode.empty()) {
+    o += "## Outputs across modes\n\n";
+    o += "| prompt | decoding | outputs per mode | modes disagree |\n|---|---|---|---|\n";
+    for (const auto& x : r.cross_mode) {
+      std::string per;
+      for (size_t v = 0; v < x.table.values.size(); ++v) {
+        if (v) per += "; ";
+        per += cell(x.table.values[v]) + ":";
+        for (size_t c = 0; c < x.hashes.size(); ++c)
+          if (x.table.counts[v][c] > 0) per += fmt::format(" {} x{}", short_hash(x.hashes[c]), x.table.counts[v][c]);
+      }
+      o += fmt::format("| {} | {} | {} | {} |\n", cell(x.prompt_id), cell(x.decoding_id), per,
+                       x.hashes.size() > 1 ? (x.table.explains ? "yes (each mode consistent)" : "yes") : "no");
+    }
+    o += "\n";
+  }
+
+  o += "## Cases\n";
+  for (const auto& c : r.cases) {
+    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(c.prompt_id), cell(c.decoding_id), cell(c.mode),
+                     c.n == 0 ? "NO COMPLETIONS" : c.divergent ? "DIVERGENT" : "reproducible");
+    if (!c.prompt_text.empty()) o += "Prompt: " + cell(c.prompt_text, 200) + "\n\n";
+    o += fmt::format("N = {}, unique = {}, TARr@N = {}", c.n, c.unique, c.tarr ? "yes" : "no");
+    if (c.tara) o += fmt::format(", TARa@N = {} ({} distinct answers, {} missing)", *c.tara ? "yes" : "no",
+                                 c.answer_unique, c.answer_missing);
+    o += fmt::format(", bit-level variants = {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
+    if (c.errors) o += fmt::format(", errors = {}", c.errors);
+    o += "\n\n";
+    if (c.clusters.empty()) continue;
+    o += "| # | count | hash | first divergence (token / char) | majority token (logprob) | cluster token (logprob) "
+         "| family | distance | bit variants | text (divergent part in ⟦ ⟧) |\n";
+    o += "|---:|---:|---|---|---|---|---:|---:|---:|---|\n";
+    for (size_t i = 0; i < c.clusters.size(); ++i) {
+      const Cluster& k = c.clusters[i];
+      std::string text;
+      if (k.majority || k.first_divergence_char < 0) {
+        text = cell(k.text, 160);
+      } else {
+        size_t at = std::min(static_cast<size_t>(k.first_divergence_char), k.text.size());
+        size_t from = at > 60 ? at - 60 : 0;
+        while (from > 0 && (static_cast<unsigned char>(k.text[from]) & 0xC0) == 0x80) --from;
+        text = (from > 0 ? "…" : "") + cell(k.text.substr(from, at - from)) + "⟦" + cell(k.text.substr(at), 100) + "⟧";
+      }
+      if (k.answer) text += " → answer: " + cell(*k.answer, 60);
+      o += fmt::format("| {} | {} | `{}` | {} | {} | {} | {} | {:.3f} | {} | {} |\n", i + 1, k.count,
+                       short_hash(k.hash),
+                       k.majority ? "majority"
+                                  : fmt::format("{} / {}", k.first_divergence_token, k.first_divergence_char),
+                       k.majority ? "" : fmt::format("{} ({})", k.majority_token, logprob(k.majority_logprob)),
+                       k.majority ? "" : fmt::format("{} ({})", k.cluster_token, logprob(k.cluster_logprob)), k.family,
+                       k.distance_to_majority, k.bit_variants, text);
+    }
+    for (const auto& f : c.factors) {
+      o += fmt::format("\nBy {}{}:\n\n| {} |", cell(f.factor), f.explains ? " (explains the clusters)" : "",
+                       cell(f.factor));
+      for (size_t i = 0; i < c.clusters.size(); ++i) o += fmt::format(" c{} |", i + 1);
+      o += "\n|---|";
+      for (size_t i = 0; i < c.clusters.size(); ++i) o += "---:|";
+      o += "\n";
+      for (size_t v = 0; v < f.values.size(); ++v) {
+        o += "| " + cell(f.values[v]) + " |";
+        for (int n : f.counts[v]) o += fmt::format(" {} |", n);
+        o += "\n";
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace repro
