@@ -259,6 +259,9 @@ TEST_CASE("spm: agrees with a plain O(n^2) reference on random vocabularies and 
       std::string t = chars[pc(rng)] + chars[pc(rng)];
       if (k % 3 == 0) t += chars[pc(rng)];
       // a triple is only reachable when one of its pairs exists; either way it must not break
+      // Even rounds: SentencePiece-like vocabularies (no space inside a token after a non-space),
+      // which the tokenizer merges word by word; odd rounds: anything goes, one chunk.
+      if (round % 2 == 0 && t.find(kMark, 1) != std::string::npos) continue;
       if (!seen[t]) v.push_back({t, static_cast<float>(score(rng))}), seen[t] = true;
     }
     for (bool prefix : {true, false}) {

@@ -16,7 +16,7 @@
 
 #include <array>
 #include <cstdint>
-#include <queue>
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -237,8 +237,8 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<int> encode(std::string_view text, bool add_bos) const override {
     std::vector<int> out;
     if (add_bos && d_.add_bos && d_.bos_id >= 0) out.push_back(d_.bos_id);
-    std::string spelled;
-    regex_->split(text, [&](size_t b, size_t e) { encode_word(text.substr(b, e - b), spelled, out); });
+    Scratch scratch;
+    regex_->split(text, [&](size_t b, size_t e) { encode_word(text.substr(b, e - b), scratch, out); });
     return out;
   }
 
@@ -257,9 +257,32 @@ class BpeTokenizer final : public Tokenizer {
   };
   static uint64_t key(int a, int b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 
-  void encode_word(std::string_view word, std::string& spelled, std::vector<int>& out) const {
+  struct Symbol {
+    int id, prev, next;
+    bool alive;
+  };
+  struct Cand {
+    int rank, left, right, a, b;
+  };
+  struct Worse {
+    bool operator()(const Cand& x, const Cand& y) const {
+      if (x.rank != y.rank) return x.rank > y.rank;
+      return x.left > y.left;  // leftmost first on ties
+    }
+  };
+  struct Scratch {
+    std::string spelled;
+    std::vector<Symbol> sym;
+    std::vector<Cand> heap;
+  };
+
+  // BPE on one pre-token: one symbol per byte in a doubly linked list, candidate pairs in a
+  // binary heap by (rank, position); appends the resulting ids.
+  void encode_word(std::string_view word, Scratch& sc, std::vector<int>& out) const {
+    if (word.empty()) return;
     const ByteAlphabet& ab = alphabet();
     if (ignore_merges_) {
+      std::string& spelled = sc.spelled;
       spelled.clear();
       for (char c : word) spelled += ab.utf8[static_cast<unsigned char>(c)];
       auto it = all_.find(spelled);
@@ -268,37 +291,35 @@ class BpeTokenizer final : public Tokenizer {
         return;
       }
     }
-    struct Symbol {
-      int id, prev, next;
-      bool alive;
-    };
-    std::vector<Symbol> sym;
-    sym.reserve(word.size());
+    if (word.size() == 1) {  // nothing to merge
+      const int id = byte_id_[static_cast<unsigned char>(word[0])];
+      out.push_back(id >= 0 ? id : d_.unk_id);
+      return;
+    }
+    auto& sym = sc.sym;
+    auto& heap = sc.heap;
+    sym.clear();
+    heap.clear();
     for (size_t i = 0; i < word.size(); ++i) {
       const int id = byte_id_[static_cast<unsigned char>(word[i])];
       const int idx = static_cast<int>(i);
       sym.push_back({id >= 0 ? id : d_.unk_id, idx - 1, idx + 1, true});
     }
-    if (sym.empty()) return;
     sym.back().next = -1;
 
-    struct Cand {
-      int rank, left, right, a, b;
-    };
-    auto worse = [](const Cand& x, const Cand& y) {
-      if (x.rank != y.rank) return x.rank > y.rank;
-      return x.left > y.left;
-    };
-    std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> queue(worse);
+    const Worse worse;
     auto try_pair = [&](int l, int r) {
       if (l < 0 || r < 0) return;
       auto it = merges_.find(key(sym[l].id, sym[r].id));
-      if (it != merges_.end()) queue.push({it->second.rank, l, r, sym[l].id, sym[r].id});
+      if (it == merges_.end()) return;
+      heap.push_back({it->second.rank, l, r, sym[l].id, sym[r].id});
+      std::push_heap(heap.begin(), heap.end(), worse);
     };
     for (size_t i = 0; i + 1 < sym.size(); ++i) try_pair(static_cast<int>(i), static_cast<int>(i + 1));
-    while (!queue.empty()) {
-      const Cand c = queue.top();
-      queue.pop();
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), worse);
+      const Cand c = heap.back();
+      heap.pop_back();
       Symbol& l = sym[c.left];
       Symbol& r = sym[c.right];
       if (!l.alive || !r.alive || l.next != c.right || l.id != c.a || r.id != c.b) continue;  // stale

@@ -9,7 +9,8 @@
 // never matched against plain text.
 #include <array>
 #include <cstdint>
-#include <queue>
+#include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,6 @@ class SpmTokenizer final : public Tokenizer {
     validate_common(d_);
     const size_t n = d_.tokens.size();
     if (d_.scores.empty()) d_.scores.assign(n, 0.0f);
-    byte_of_.assign(n, -1);
     byte_id_.fill(-1);
     pieces_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -50,7 +50,6 @@ class SpmTokenizer final : public Tokenizer {
       const int bv = byte_piece_value(text);
       const bool byte_like = bv >= 0 && (t == TokenType::Byte || t == TokenType::Normal || t == TokenType::Undefined);
       if (byte_like) {
-        byte_of_[i] = bv;
         if (byte_id_[bv] < 0) byte_id_[bv] = static_cast<int>(i);
         pieces_[i] = std::string(1, static_cast<char>(bv));
         continue;
@@ -60,6 +59,7 @@ class SpmTokenizer final : public Tokenizer {
         continue;
       }
       if (!text.empty()) vocab_.emplace(text, static_cast<int>(i));  // first id wins on duplicates
+      if (split_at_spaces_ && has_inner_space(text)) split_at_spaces_ = false;
       pieces_[i] = d_.space_is_plain ? text : replace_marks(text);
     }
   }
@@ -81,43 +81,91 @@ class SpmTokenizer final : public Tokenizer {
         norm += c;
     }
 
-    // One symbol per code point, in a doubly linked list.
-    struct Symbol {
-      size_t start, len;
-      int prev, next;
-    };
+    // Merges never cross a point where a space follows a non-space when no token holds such a
+    // pair (SentencePiece's split-by-whitespace vocabularies): then each word is merged on its own,
+    // which keeps the queue small and in cache. Otherwise the whole text is one chunk.
+    Scratch scratch;
+    size_t chunk = 0;
+    if (split_at_spaces_) {
+      bool prev_space = true;
+      for (size_t i = 0; i < norm.size();) {
+        const bool is_space = norm.compare(i, space.size(), space) == 0;
+        if (is_space && !prev_space) {
+          encode_chunk(std::string_view(norm).substr(chunk, i - chunk), scratch, out);
+          chunk = i;
+        }
+        prev_space = is_space;
+        i += is_space ? space.size() : utf8_char_len(norm, i);
+      }
+    }
+    encode_chunk(std::string_view(norm).substr(chunk), scratch, out);
+    return out;
+  }
+
+  std::string piece(int id) const override {
+    check_id(id, vocab_size());
+    return pieces_[static_cast<size_t>(id)];
+  }
+  int vocab_size() const override { return static_cast<int>(d_.tokens.size()); }
+  int bos() const override { return d_.bos_id; }
+  int eos() const override { return d_.eos_id; }
+  std::string kind() const override { return "llama (SentencePiece BPE)"; }
+
+ private:
+  struct Symbol {
+    uint32_t start, len;  // bytes of the chunk; len 0 once merged into its left neighbour
+    int prev, next;
+  };
+  struct Cand {
+    float score;
+    int left, right;
+    uint32_t len;  // combined length when queued: a stale entry no longer matches
+  };
+  struct Worse {
+    bool operator()(const Cand& a, const Cand& b) const {
+      if (a.score != b.score) return a.score < b.score;
+      return a.left > b.left;  // leftmost first on ties
+    }
+  };
+  struct Scratch {
     std::vector<Symbol> sym;
-    sym.reserve(norm.size());
-    for (size_t i = 0; i < norm.size();) {
-      const size_t len = utf8_char_len(norm, i);
+    std::vector<Cand> heap;
+  };
+
+  // Merges one chunk (one symbol per code point, a doubly linked list, candidate pairs in a
+  // binary heap) and appends its tokens.
+  void encode_chunk(std::string_view text, Scratch& sc, std::vector<int>& out) const {
+    if (text.empty()) return;
+    if (text.size() > UINT32_MAX / 2)
+      throw UsageError("tokenizer: a prompt of " + std::to_string(text.size()) +
+                       " bytes without spaces is too long; split it");
+    auto& sym = sc.sym;
+    auto& heap = sc.heap;
+    sym.clear();
+    heap.clear();
+    for (size_t i = 0; i < text.size();) {
+      const auto len = static_cast<uint32_t>(utf8_char_len(text, i));
       const int idx = static_cast<int>(sym.size());
-      sym.push_back({i, len, idx - 1, idx + 1});
+      sym.push_back({static_cast<uint32_t>(i), len, idx - 1, idx + 1});
       i += len;
     }
     sym.back().next = -1;
 
-    struct Cand {
-      float score;
-      int left, right;
-      size_t len;  // combined length when queued: a stale entry no longer matches
-    };
-    auto worse = [](const Cand& a, const Cand& b) {
-      if (a.score != b.score) return a.score < b.score;
-      return a.left > b.left;  // leftmost first on ties
-    };
-    std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> queue(worse);
+    const Worse worse;
     auto try_pair = [&](int l, int r) {
       if (l < 0 || r < 0) return;
-      const std::string_view joined(norm.data() + sym[l].start, sym[l].len + sym[r].len);
+      const std::string_view joined(text.data() + sym[l].start, sym[l].len + sym[r].len);
       auto it = vocab_.find(joined);
       if (it == vocab_.end()) return;
-      queue.push({d_.scores[it->second], l, r, joined.size()});
+      heap.push_back({d_.scores[it->second], l, r, static_cast<uint32_t>(joined.size())});
+      std::push_heap(heap.begin(), heap.end(), worse);
     };
     for (size_t i = 0; i + 1 < sym.size(); ++i) try_pair(static_cast<int>(i), static_cast<int>(i + 1));
 
-    while (!queue.empty()) {
-      const Cand c = queue.top();
-      queue.pop();
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), worse);
+      const Cand c = heap.back();
+      heap.pop_back();
       Symbol& l = sym[c.left];
       Symbol& r = sym[c.right];
       if (l.len == 0 || r.len == 0 || l.next != c.right || l.len + r.len != c.len) continue;  // stale
@@ -130,7 +178,7 @@ class SpmTokenizer final : public Tokenizer {
     }
 
     for (int i = 0; i >= 0; i = sym[i].next) {
-      const std::string_view s(norm.data() + sym[i].start, sym[i].len);
+      const std::string_view s(text.data() + sym[i].start, sym[i].len);
       auto it = vocab_.find(s);
       if (it != vocab_.end()) {
         out.push_back(it->second);
@@ -150,19 +198,21 @@ class SpmTokenizer final : public Tokenizer {
         }
       }
     }
-    return out;
   }
 
-  std::string piece(int id) const override {
-    check_id(id, vocab_size());
-    return pieces_[static_cast<size_t>(id)];
+  // Whether s holds a space (as the data spells it) right after something that is not one.
+  bool has_inner_space(std::string_view s) const {
+    const std::string_view space = d_.space_is_plain ? std::string_view(" ") : kSpaceMark;
+    bool prev_space = true;
+    for (size_t i = 0; i < s.size();) {
+      const bool is_space = s.compare(i, space.size(), space) == 0;
+      if (is_space && !prev_space) return true;
+      prev_space = is_space;
+      i += is_space ? space.size() : 1;
+    }
+    return false;
   }
-  int vocab_size() const override { return static_cast<int>(d_.tokens.size()); }
-  int bos() const override { return d_.bos_id; }
-  int eos() const override { return d_.eos_id; }
-  std::string kind() const override { return "llama (SentencePiece BPE)"; }
 
- private:
   static std::string replace_marks(const std::string& s) {
     std::string out;
     out.reserve(s.size());
@@ -179,9 +229,9 @@ class SpmTokenizer final : public Tokenizer {
 
   TokenizerData d_;
   TokenMap vocab_;                 // text of normal / user-defined tokens -> id
-  std::vector<int> byte_of_;       // id -> byte value for byte tokens, else -1
   std::array<int, 256> byte_id_{}; // byte value -> its byte token, or -1
   std::vector<std::string> pieces_;
+  bool split_at_spaces_ = true;    // no token has a space right after a non-space
 };
 
 }  // namespace
