@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "repro/error.hpp"
+#include "repro/model.hpp"
 #include "repro/tokenizer.hpp"
 #include "tests/test_util.hpp"
 
@@ -183,4 +184,32 @@ TEST_CASE("tok512.bin: agrees with llama2.c's encoding on many texts") {
     CHECK(ids == llama2c_encode(d, text));
     CHECK(tok->decode(ids) == (text.empty() ? "" : " ") + text);
   }
+}
+
+TEST_CASE("stories260K.gguf: the embedded tokenizer gives the same ids and pieces as tok512.bin") {
+  REPRO_REQUIRE_MODELS(dir);
+  auto model = load_model((dir / "stories260K.gguf").string());
+  REQUIRE(model->tokenizer);
+  const Tokenizer& g = *model->tokenizer;
+  auto t = tok512(dir);
+  CHECK(g.kind() == "llama (SentencePiece BPE)");
+  CHECK(g.vocab_size() == 512);
+  CHECK(g.bos() == 1);
+  CHECK(g.eos() == 2);
+  CHECK(g.encode("Once upon a time", true) == std::vector<int>{1, 403, 407, 261, 378});
+  for (int id = 0; id < 512; ++id) {
+    CAPTURE(id);
+    CHECK(g.piece(id) == t->piece(id));
+  }
+  const std::vector<std::string> texts = {
+      "", "Lily's mom said, \"Lily, let's go to the park.\"", "  two  spaces ", "caf\xC3\xA9 \xF0\x9F\x98\x80",
+      "line one\nline two\n", "<s> </s> <unk>"};
+  for (const auto& s : texts) {
+    CAPTURE(s);
+    CHECK(g.encode(s, true) == t->encode(s, true));
+  }
+  // The llama2.c pair loads its tokenizer from tok512.bin beside the checkpoint.
+  auto bin = load_model((dir / "stories260K.bin").string(), (dir / "tok512.bin").string());
+  REQUIRE(bin->tokenizer);
+  CHECK(bin->tokenizer->encode("Once upon a time", true) == std::vector<int>{1, 403, 407, 261, 378});
 }
