@@ -1,10 +1,135 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// `repro-audit serve`: the local engine behind an OpenAI-compatible HTTP API (see repro/server.hpp).
+#include <fmt/core.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "repro/engine.hpp"
 #include "repro/error.hpp"
+#include "repro/model.hpp"
+#include "repro/server.hpp"
 #include "src/cli/commands.hpp"
 
 namespace repro::cli {
-void setup_serve(CLI::App& parent, Runner& runner) {
-  auto* sub = parent.add_subcommand("serve", "(not implemented yet)");
-  sub->callback([&runner] { runner = []() -> int { throw UsageError("'serve' is not implemented yet"); }; });
+
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string tokenizer;
+  std::string mode = "batch-invariant";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int max_batch = 32;
+  int threads = 1;
+  std::string api_key_env;
+  size_t max_body_bytes = 1 << 20;
+  int max_tokens_limit = 4096;
+  std::string model_name;
+  int http_threads = 0;
+};
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
+
+int run_serve(const ServeOptions& o) {
+  EngineOptions eopts;
+  eopts.mode = parse_mode(o.mode, "--mode");
+  eopts.threads = o.threads;
+  if (o.threads < 1) throw UsageError("--threads must be at least 1");
+
+  ServerOptions sopts;
+  sopts.host = o.host;
+  sopts.port = o.port;
+  sopts.max_batch = o.max_batch;
+  sopts.max_body_bytes = o.max_body_bytes;
+  sopts.max_tokens_limit = o.max_tokens_limit;
+  sopts.model_name = o.model_name;
+  sopts.http_threads = o.http_threads;
+  if (!o.api_key_env.empty()) {
+    const char* key = std::getenv(o.api_key_env.c_str());
+    if (!key || !*key)
+      throw UsageError(fmt::format("--api-key-env {}: that environment variable is not set or is empty; export it "
+                                   "with the key clients must send as 'Authorization: Bearer <key>'",
+                                   o.api_key_env));
+    sopts.api_key = key;
+  }
+  if (!is_loopback(o.host) && sopts.api_key.empty())
+    std::fprintf(stderr, "warning: --host %s accepts connections from other machines and no --api-key-env is set\n",
+                 o.host.c_str());
+
+  std::unique_ptr<Model> model = load_model(o.model, o.tokenizer);
+
+  // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit this mask) and taken
+  // here with sigwait, so shutdown runs in plain code, not in a signal handler.
+  sigset_t sigs, old;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, &old);
+
+  int sig = 0;
+  {
+    Server server(*model, eopts, sopts);
+    try {
+      server.start();
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      throw;
+    }
+    std::printf("listening on %s (mode %s, model %s)\n", server.url().c_str(), mode_name(eopts.mode),
+                server.model_name().c_str());
+    std::fflush(stdout);
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "serve: %s received, finishing in-flight requests and shutting down\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.stop();
+    ServerStats s = server.stats();
+    std::fprintf(stderr, "serve: stopped after %lld requests, %lld tokens, largest batch %d\n",
+                 static_cast<long long>(s.completed), static_cast<long long>(s.tokens), s.max_batch_seen);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return kExitOk;
+}
+
+}  // namespace
+
+void setup_serve(CLI::App& parent, Runner& runner) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* sub = parent.add_subcommand(
+      "serve",
+      "Serve the local engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
+      "streaming and not, /v1/models, /health) with continuous batching. Responses carry a\n"
+      "system_fingerprint (engine version, mode, model SHA-256) and the generated token ids.");
+  sub->add_option("--model", o->model, "Model file (GGUF, or llama2.c .bin)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--tokenizer", o->tokenizer, "Tokenizer file for a llama2.c model (default: beside it)");
+  sub->add_option("--mode", o->mode, "Engine mode: batch-invariant or default")->capture_default_str();
+  sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
+  sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--max-batch", o->max_batch, "Most sequences decoding together")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--threads", o->threads, "Engine threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  sub->add_option("--api-key-env", o->api_key_env,
+                  "Require 'Authorization: Bearer <key>' with the key read from this environment variable");
+  sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (else 413)")
+      ->check(CLI::Range(static_cast<size_t>(64), static_cast<size_t>(1) << 30))
+      ->capture_default_str();
+  sub->add_option("--max-tokens-limit", o->max_tokens_limit, "Largest max_tokens accepted (else 400)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--model-name", o->model_name, "Name clients use in 'model' (default: the file's stem)");
+  sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: max(64, 2 x --max-batch + 8))")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  sub->callback([o, &runner] { runner = [o] { return run_serve(*o); }; });
+}
+
 }  // namespace repro::cli
