@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -70,6 +71,7 @@ class FaultServer {
     svr_.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);
     svr_.Post(R"(/openai/deployments/([^/]+)/completions)", h);
     port_ = svr_.bind_to_any_port("127.0.0.1");
+    widen_backlog();
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     for (int i = 0; i < 500 && !svr_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -175,12 +177,37 @@ class FaultServer {
   // Bounded sleep that ends early when the server stops.
   void nap(double s) {
     auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
-    while (!stopping_ && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (!stopping_ && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  static std::vector<int> open_fds() {
+    std::vector<int> fds;
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      const std::string n = e.path().filename().string();
+      if (!n.empty() && n.find_first_not_of("0123456789") == std::string::npos) fds.push_back(std::stoi(n));
+    }
+    return fds;
+  }
+
+  // httplib listens with a backlog of 5; SYNs beyond it wait for a 1 s retransmit. Find the
+  // listening socket by its port and listen() again with a deep backlog (Linux updates it).
+  void widen_backlog() {
+    for (int fd : open_fds()) {
+      int acc = 0;
+      socklen_t al = sizeof acc;
+      if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) != 0 || !acc) continue;
+      sockaddr_in self{};
+      socklen_t sl = sizeof self;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) == 0 && self.sin_family == AF_INET &&
+          ntohs(self.sin_port) == port_)
+        ::listen(fd, 4096);
+    }
   }
 
   // TCP RST on the connection of this request: find its socket by the peer port and disconnect it.
   static void reset_connection(const httplib::Request& req) {
-    for (int fd = 3; fd < 65536; ++fd) {
+    for (int fd : open_fds()) {
       sockaddr_in peer{}, self{};
       socklen_t pl = sizeof peer, sl = sizeof self;
       if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || peer.sin_family != AF_INET) continue;

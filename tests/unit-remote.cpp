@@ -397,7 +397,7 @@ TEST_CASE("Azure preset: deployment path, api-version query, api-key header") {
 TEST_CASE("closed loop holds exactly c requests in flight (c = 1..64)") {
   test::FaultServerOptions o;
   o.threads = 96;
-  o.slow_s = 0.5;  // long enough that connections refused by httplib's listen backlog (5) retry and overlap
+  o.slow_s = 0.25;
   FaultServer srv(o);
   srv.set_default(Fault::slow);
   for (int c : {1, 2, 8, 16, 64}) {

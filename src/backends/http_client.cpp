@@ -276,9 +276,6 @@ struct RemoteClient::Impl {
     }
     active.insert(t);
     self->stats_.max_in_flight = std::max<int>(self->stats_.max_in_flight, static_cast<int>(active.size()));
-    int n = static_cast<int>(active.size());
-    if (n == self->stats_.max_in_flight && (n % 64 == 0 || n <= 2))
-      self->stats_.rss_peak_in_flight_kb = std::max(self->stats_.rss_peak_in_flight_kb, rss_kb());
     curl_multi_add_handle(multi, e);
   }
 
@@ -453,6 +450,12 @@ struct RemoteClient::Impl {
     }
   }
 
+  // RSS while the most requests are in flight (sampled by the loop every 100 ms).
+  void sample_rss() {
+    if (static_cast<int>(active.size()) >= self->stats_.max_in_flight)
+      self->stats_.rss_peak_in_flight_kb = std::max(self->stats_.rss_peak_in_flight_kb, rss_kb());
+  }
+
   void check_read_timeouts(double now) {
     std::vector<Transfer*> late;
     for (Transfer* t : active)
@@ -502,7 +505,7 @@ void RemoteClient::run(const std::atomic<bool>* stop) {
   cancelled_ = false;
   const double wall0 = mono_now(), cpu0 = thread_cpu_s();
   if (stats_.rss_start_kb == 0) stats_.rss_start_kb = rss_kb();
-  double last_check = wall0;
+  double last_check = wall0, last_rss = wall0;
   while (true) {
     if ((stop && stop->load()) || cancelled_) {
       m.abort_all();
@@ -534,6 +537,10 @@ void RemoteClient::run(const std::atomic<bool>* stop) {
     if (now - last_check >= 0.02) {
       m.check_read_timeouts(now);
       last_check = now;
+      if (now - last_rss >= 0.1) {
+        m.sample_rss();
+        last_rss = now;
+      }
       if (!m.ready.empty() || cancelled_) continue;
     }
     long wait_ms = 50;
