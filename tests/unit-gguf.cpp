@@ -2,7 +2,11 @@
 // No model files needed.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -447,4 +451,117 @@ TEST_CASE("synth: tokenizer has the documented layout") {
   TokenizerData big = synth_tokenizer(32000);
   CHECK(big.tokens.size() == 32000u);
   CHECK(big.scores.back() < big.scores[300]);
+}
+
+// =====================================================================================
+// load_model on hostile GGUF models (a synthetic model, edited)
+// =====================================================================================
+
+namespace {
+
+// The synthetic model with one edit: kv overrides (or removals, with an empty Value of type ARRAY
+// and count 0 marked by `drop`) and a tensor filter.
+std::string edited_synth(const std::function<void(Writer&, const File&)>& edit, const std::string& skip_key = "",
+                         const std::string& skip_tensor = "") {
+  SynthOptions o;
+  o.dim = 16, o.hidden_dim = 24, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = 340;
+  static std::string bytes;
+  bytes = synth_model(o);
+  File f = parse(bytes);
+  Writer w;
+  for (const auto& [k, v] : f.kv)
+    if (k != skip_key) w.add(k, v);
+  edit(w, f);
+  for (const auto& t : f.tensors)
+    if (t.name != skip_tensor)
+      w.add_tensor(t.name, t.ne, t.type, std::string(reinterpret_cast<const char*>(f.data(t)), t.n_bytes));
+  return w.serialize();
+}
+
+std::string load_error(const std::string& bytes) {
+  auto dir = test::scratch_dir("gguf-edit");
+  auto path = (dir / "m.gguf").string();
+  write_file_atomic(path, bytes);
+  try {
+    load_model(path);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("load_model: GGUF models with the wrong architecture, keys, shapes or tokenizer are refused") {
+  auto none = [](Writer&, const File&) {};
+  CHECK(load_error(edited_synth(none)) == "no error");
+  CHECK(load_error(edited_synth([](Writer& w, const File&) { w.add("general.architecture", Value::string("gpt2")); },
+                                "general.architecture"))
+            .find("architecture 'gpt2' is not supported; supported: llama") != std::string::npos);
+  CHECK(load_error(edited_synth(none, "llama.block_count")).find("missing metadata key 'llama.block_count'") !=
+        std::string::npos);
+  // head_count_kv 4 makes attn_k [16, 16] expected, but the file has [16, 8].
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("llama.attention.head_count_kv", Value::u(ValueType::UINT32, 4));
+                   },
+                                "llama.attention.head_count_kv"))
+            .find("tensor 'blk.0.attn_k.weight' has shape [16, 8], expected [16, 16] from the hyper-parameters") !=
+        std::string::npos);
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("llama.attention.head_count", Value::u(ValueType::UINT32, 3));
+                   },
+                                "llama.attention.head_count"))
+            .find("dim 16 is not a multiple of n_heads 3") != std::string::npos);
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("llama.embedding_length", Value::u(ValueType::UINT64, 1ull << 40));
+                   },
+                                "llama.embedding_length"))
+            .find("'llama.embedding_length' = 1099511627776 is out of range") != std::string::npos);
+  CHECK(load_error(edited_synth(none, "", "blk.1.ffn_up.weight")).find("tensor 'blk.1.ffn_up.weight' is missing") !=
+        std::string::npos);
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("tokenizer.ggml.tokens", Value::string_array({"a", "b"}));
+                   },
+                                "tokenizer.ggml.tokens"))
+            .find("'tokenizer.ggml.tokens' has 2 entries but the model has 340 tokens") != std::string::npos);
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("tokenizer.ggml.model", Value::string("bert"));
+                   },
+                                "tokenizer.ggml.model"))
+            .find("tokenizer model 'bert' is not supported; supported: llama (SentencePiece BPE), gpt2") !=
+        std::string::npos);
+  CHECK(load_error(edited_synth(none, "tokenizer.ggml.model")).find("no tokenizer") != std::string::npos);
+  CHECK(load_error(edited_synth([](Writer& w, const File&) {
+                     w.add("tokenizer.ggml.bos_token_id", Value::u(ValueType::UINT32, 340));
+                   },
+                                "tokenizer.ggml.bos_token_id"))
+            .find("'tokenizer.ggml.bos_token_id' = 340 is not a token id") != std::string::npos);
+  // A Q4_K weight: parsed (its size is known) but refused with the supported list.
+  std::string q4k = edited_synth(
+      [](Writer& w, const File&) { w.add_tensor("token_embd.weight", {256, 340}, TensorType::Q4_K, std::string(144 * 340, '\0')); },
+      "", "token_embd.weight");
+  CHECK(load_error(q4k).find("tensor 'token_embd.weight' has shape [256, 340], expected [16, 340]") != std::string::npos);
+  // A file with a 'GGUF' magic is read as GGUF even when named .bin (format by magic, not extension).
+  auto dir = test::scratch_dir("gguf-magic");
+  write_file_atomic((dir / "model.bin").string(), edited_synth(none));
+  CHECK(load_model((dir / "model.bin").string())->format == "GGUF v3");
+}
+
+TEST_CASE("cli: `model synth` writes the same bytes as synth_model; `model info` reads them back") {
+  auto dir = test::scratch_dir("gguf-cli");
+  auto path = (dir / "s.gguf").string();
+  std::string cmd = test::binary() + " model synth --out " + path +
+                    " --seed 5 --dim 32 --hidden 40 --layers 2 --heads 4 --kv-heads 1 --vocab 360 --context 64 "
+                    "--type f16 > /dev/null 2>&1";
+  CHECK(std::system(cmd.c_str()) == 0);
+  SynthOptions o;
+  o.seed = 5, o.dim = 32, o.hidden_dim = 40, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 1, o.vocab_size = 360;
+  o.context_length = 64, o.type = "f16";
+  CHECK(sha256_file(path) == sha256_hex(synth_model(o)));
+  auto m = load_model(path);
+  CHECK(m->config.n_kv_heads == 1);
+  CHECK(m->config.vocab_size == 360);
+  std::string bad = test::binary() + " model synth --out " + path + " --vocab 10 > /dev/null 2>&1";
+  int st = std::system(bad.c_str());
+  CHECK(WEXITSTATUS(st) == 2);
 }
