@@ -183,7 +183,8 @@ TEST_CASE("gguf: general.alignment moves the data section") {
   w.add("general.alignment", Value::u(ValueType::UINT32, 64));
   w.add_f32("a", {3}, {1, 2, 3});
   w.add_f32("b", {1}, {4});
-  File f = parse(w.serialize());
+  const std::string bytes = w.serialize();  // File views into the buffer: keep it alive
+  File f = parse(bytes);
   CHECK(f.alignment == 64);
   CHECK(f.data_offset % 64 == 0);
   CHECK(f.tensor("b")->offset == 64);
