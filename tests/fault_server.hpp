@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,6 +52,7 @@ struct FaultServerOptions {
   bool crlf = false;             // SSE line ends \r\n
   bool vary_with_load = false;   // text depends on the number of requests in flight (nondeterminism)
   int token_delay_ms = 0;        // stream: pause between chunks
+  std::string cert_file, key_file;  // both set: HTTPS (httplib::SSLServer)
 };
 
 struct SeenRequest {
@@ -63,17 +65,22 @@ class FaultServer {
   explicit FaultServer(FaultServerOptions o = {}) : opt_(std::move(o)) {
     ::signal(SIGPIPE, SIG_IGN);  // writes to a reset socket must not kill the test
     const int n = opt_.threads;
-    svr_.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    svr_.set_keep_alive_max_count(1000);
+    if (!opt_.cert_file.empty())
+      svr_ = std::make_unique<httplib::SSLServer>(opt_.cert_file.c_str(), opt_.key_file.c_str());
+    else
+      svr_ = std::make_unique<httplib::Server>();
+    httplib::Server& svr = *svr_;
+    svr.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    svr.set_keep_alive_max_count(1000);
     auto h = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
-    svr_.Post("/v1/chat/completions", h);
-    svr_.Post("/v1/completions", h);
-    svr_.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);
-    svr_.Post(R"(/openai/deployments/([^/]+)/completions)", h);
-    port_ = svr_.bind_to_any_port("127.0.0.1");
+    svr.Post("/v1/chat/completions", h);
+    svr.Post("/v1/completions", h);
+    svr.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);
+    svr.Post(R"(/openai/deployments/([^/]+)/completions)", h);
+    port_ = svr.bind_to_any_port("127.0.0.1");
     widen_backlog();
-    thread_ = std::thread([this] { svr_.listen_after_bind(); });
-    for (int i = 0; i < 500 && !svr_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    thread_ = std::thread([this] { svr_->listen_after_bind(); });
+    for (int i = 0; i < 500 && !svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   ~FaultServer() { stop(); }
   FaultServer(const FaultServer&) = delete;
@@ -82,13 +89,15 @@ class FaultServer {
   void stop() {
     stopping_ = true;
     if (thread_.joinable()) {
-      svr_.stop();
+      svr_->stop();
       thread_.join();
     }
   }
 
   int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return (opt_.cert_file.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") + std::to_string(port_);
+  }
 
   // The next requests, in arrival order, get these faults (before the default).
   void push_faults(std::vector<Fault> f) {
@@ -389,7 +398,7 @@ class FaultServer {
   }
 
   FaultServerOptions opt_;
-  httplib::Server svr_;
+  std::unique_ptr<httplib::Server> svr_;
   std::thread thread_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};

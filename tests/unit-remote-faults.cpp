@@ -11,6 +11,7 @@
 #include "repro/error.hpp"
 #include "repro/remote.hpp"
 #include "tests/fault_server.hpp"
+#include "tests/test_util.hpp"
 
 using namespace repro;
 using test::Fault;
@@ -293,4 +294,37 @@ TEST_CASE("the API key is sent but never appears in completions, errors, stats o
   bool sent = false;
   for (auto& s : srv.seen()) sent = sent || s.authorization == "Bearer " + key;
   CHECK(sent);
+}
+
+TEST_CASE("TLS: verification is always on; --ca-cert trusts a private CA") {
+  auto dir = test::scratch_dir("remote-tls");
+  const std::string cmd = "cd '" + dir.string() +
+                          "' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                          "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout key.pem -out cert.pem "
+                          ">/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    MESSAGE("SKIPPED: the openssl command-line tool is needed to make a test certificate");
+    return;
+  }
+  test::FaultServerOptions o;
+  o.cert_file = (dir / "cert.pem").string();
+  o.key_file = (dir / "key.pem").string();
+  FaultServer srv(o);
+  REQUIRE(srv.url().rfind("https://", 0) == 0);
+  auto spec = spec_for(srv, "chat", true, 3);
+  RemoteStats st;
+  auto untrusted = run_remote_probe(spec, probe_of("x"), 1, 1, nullptr, nullptr, &st);
+  REQUIRE(untrusted.size() == 1);
+  check_failed(untrusted[0], "tls");
+  CHECK(untrusted[0].error.find("--ca-cert") != std::string::npos);
+  CHECK(untrusted[0].attempts == 1);  // not retried: it cannot get better
+  CHECK(srv.requests.load() == 0);
+
+  spec.ca_cert = o.cert_file;
+  auto ok = run_remote_probe(spec, probe_of("x"), 2, 2, nullptr, nullptr);
+  REQUIRE(ok.size() == 2);
+  for (auto& c : ok) {
+    CHECK(c.error.empty());
+    CHECK(c.text == FaultServer::reply_text(FaultServer::reply_ids("x", 0, false, 6)));
+  }
 }
