@@ -133,8 +133,10 @@ class Regex {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos < text.size()) {
-      const int rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), pos, 0, md, nullptr)
-                          : pcre2_match(code_, subject, text.size(), pos, 0, md, nullptr);
+      int rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), pos, 0, md, nullptr)
+                    : pcre2_match(code_, subject, text.size(), pos, 0, md, nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking on the heap
+        rc = pcre2_match(code_, subject, text.size(), pos, 0, md, nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) {
         f(pos, text.size());
         return;
@@ -146,8 +148,10 @@ class Regex {
                          reinterpret_cast<const char*>(msg) + "; shorten or simplify the prompt");
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      size_t b = ov[0], e = ov[1];
+      const size_t b = ov[0];
+      size_t e = ov[1];
       if (b > pos) f(pos, b);  // bytes no alternative matched (invalid UTF-8)
+      if (b >= text.size()) return;
       if (e <= b) e = b + utf8_char_len(text, b);  // never loop on an empty match
       f(b, e);
       pos = e;
