@@ -23,8 +23,8 @@ struct MatmulArgs {
   int M, N, K;
 };
 
-// Rows of x kept hot per block: the blocking depends only on K (rows * K * 4 bytes <= 192 KiB).
-int m_block_rows(int K) { return std::max(4, (192 * 1024) / (4 * std::max(K, 1)) / 4 * 4); }
+// Rows of x kept hot (in L2) per block: depends only on K (rows * K * 4 bytes <= 512 KiB).
+int m_block_rows(int K) { return std::max(4, (512 * 1024) / (4 * std::max(K, 1)) / 4 * 4); }
 
 void portable_range(const MatmulArgs& a, int n0, int n1) {
   for (int m = 0; m < a.M; ++m)
@@ -57,6 +57,15 @@ REPRO_AVX2 inline void tile(const float* x, const float* w, float* y, int ldy, i
       __m256 xv = _mm256_maskload_ps(x + (long)i * K + K8, mask);
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
+  }
+  if constexpr (MR == 4 && NR < 4) {
+    // Four rows of one column reduced together (same tree per element, fewer shuffles).
+    for (int j = 0; j < NR; ++j) {
+      alignas(16) float r[4];
+      _mm_store_ps(r, detail::hsum8x4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+      for (int i = 0; i < 4; ++i) y[(long)i * ldy + j] = r[i];
+    }
+    return;
   }
   for (int i = 0; i < MR; ++i) {
     float* yr = y + (long)i * ldy;
