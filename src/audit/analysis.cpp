@@ -539,7 +539,7 @@ void analyze(AuditReport& r) {
     double unique_sum = 0;
     for (auto& cr : r.cases) {
       if (cr.mode != m) continue;
-      cr.divergent = cr.unique > 1 || (cr.tara.has_value() && !*cr.tara);
+      cr.divergent = cr.n > 0 && (cr.unique > 1 || (cr.tara.has_value() && !*cr.tara));
       cr.failed = ms.gated && (cr.divergent || cr.n == 0);
       ms.cases++;
       ms.divergent_cases += cr.divergent;

@@ -1,0 +1,316 @@
+// Report writers compared with expected output (tests/data/report-small.*), JSON round trip and
+// digest, write_reports, and the `report` / `diff` subcommands through the real binary.
+// Regenerate the expected files after an intended change: REPRO_UPDATE_GOLDEN=1 ctest -R unit-report
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "repro/analysis.hpp"
+#include "repro/error.hpp"
+#include "repro/report.hpp"
+#include "repro/util.hpp"
+#include "tests/test_util.hpp"
+
+using namespace repro;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = fs::path(REPRO_SOURCE_DIR) / "tests" / "data";
+
+Completion mk(const std::string& prompt, const std::string& mode, std::vector<int> tokens, const std::string& text,
+              int bs, int repeat, double latency) {
+  Completion c;
+  c.prompt_id = prompt;
+  c.decoding_id = "greedy";
+  c.mode = mode;
+  c.batch_size = bs;
+  c.position = bs > 1 ? 1 : 0;
+  c.filler_set = bs > 1 ? "f" + std::to_string(repeat % 2) : "";
+  c.seed = 1234;
+  c.repeat = repeat;
+  c.tokens = std::move(tokens);
+  c.text = text;
+  c.logprobs.assign(c.tokens.size(), -0.25f);
+  c.logits_sha256 = "00ff";
+  c.finish_reason = "length";
+  c.latency_s = latency;
+  c.completion_tokens = static_cast<int>(c.tokens.size());
+  c.prompt_tokens = 5;
+  c.tokens_per_s = c.completion_tokens / latency;
+  return c;
+}
+
+// A small fixed report: two prompts, two modes, batch sizes 1 and 8, one divergent case, one
+// bit-divergent case, one failed request, an answer regex. No timestamps beyond the fixed one.
+AuditReport small_report() {
+  AuditReport r;
+  r.created = "2026-01-01T00:00:00Z";
+  r.profile = "test";
+  r.plan = {{"repeats", 2}, {"batch_sizes", {1, 8}}, {"modes", {"default", "batch-invariant"}}};
+  r.environment = {{"tool", "repro-audit"}, {"version", "0.1.0"}, {"model_sha256", "abc123"}, {"threads", 2}};
+  r.prompts = {{"p1", "Once upon a time"}, {"p2", "The <b>cat</b> & \"dog\" | pipe"}};
+  r.answer_regex = "(\\w+)\\.";
+  r.thresholds.modes = {"batch-invariant"};
+  std::vector<int> a{10, 11, 12, 13, 14, 15}, b{10, 11, 12, 20, 21, 22};
+  const std::string ta = "Lily saw a cat. It was big.", tb = "Lily saw a dog <b>& ran.";
+  std::vector<int> c{30, 31, 32};
+  const std::string tc = "The cat sat.";
+  int rep = 0;
+  for (int bs : {1, 8}) {
+    for (int i = 0; i < 2; ++i, ++rep) {
+      auto da = mk("p1", "default", bs == 1 ? a : b, bs == 1 ? ta : tb, bs, rep, bs == 1 ? 0.06 : 0.03);
+      if (bs == 8) da.logprobs[3] = -1.75f;
+      r.completions.push_back(da);
+      auto dc = mk("p2", "default", c, tc, bs, rep, bs == 1 ? 0.03 : 0.015);
+      if (bs == 8) dc.logits_sha256 = "11ee";  // same tokens, other logits bits
+      r.completions.push_back(dc);
+      r.completions.push_back(mk("p1", "batch-invariant", a, ta, bs, rep, bs == 1 ? 0.08 : 0.05));
+      r.completions.push_back(mk("p2", "batch-invariant", c, tc, bs, rep, bs == 1 ? 0.04 : 0.025));
+    }
+  }
+  Completion failed = mk("p2", "default", {}, "", 8, 9, 1.0);
+  failed.error = "engine: out of memory";
+  r.completions.push_back(failed);
+  analyze(r);
+  return r;
+}
+
+void check_golden(const std::string& name, const std::string& got) {
+  fs::path p = kData / name;
+  if (std::getenv("REPRO_UPDATE_GOLDEN")) {
+    write_file_atomic(p.string(), got);
+    MESSAGE("updated " << p.string());
+  }
+  REQUIRE_MESSAGE(fs::exists(p), "missing expected file " << p.string() << " (REPRO_UPDATE_GOLDEN=1 writes it)");
+  std::string want = read_file(p.string());
+  if (got != want) {
+    auto out = test::scratch_dir("report-golden") / name;
+    write_file_atomic(out.string(), got);
+    FAIL_CHECK(name << " differs from the expected output; actual written to " << out.string());
+  }
+}
+
+struct Proc {
+  int rc;
+  std::string out;
+};
+Proc sh(const std::string& cmd) {
+  Proc p{-1, {}};
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
+  int st = pclose(f);
+  p.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return p;
+}
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+}  // namespace
+
+TEST_CASE("the fixture analyses as designed") {
+  AuditReport r = small_report();
+  REQUIRE(r.cases.size() == 4);
+  CHECK(r.summary.divergent_cases == 1);
+  CHECK(r.summary.verdict == "reproducible");  // only batch-invariant is gated
+  CHECK(r.summary.errors == 1);
+  CHECK(r.cases[0].unique == 2);
+  CHECK(r.cases[1].bit_divergent);
+  CHECK(r.cases[0].clusters[1].first_divergence_token == 3);
+}
+
+TEST_CASE("JSON writer: expected output, schema, digest, round trip") {
+  AuditReport r = small_report();
+  std::string j = to_json(r);
+  check_golden("report-small.json", j);
+  auto v = nlohmann::json::parse(j);
+  CHECK(v["schema"] == "repro-audit/report/v1");
+  CHECK(v["summary"]["verdict"] == "reproducible");
+  CHECK(v["summary"]["max_unique"] == 2);
+  CHECK(v["cases"][0]["clusters"][1]["first_divergence_token"] == 3);
+  CHECK(v["cases"][0]["tara"] == false);
+  CHECK(v["throughput"][0]["ratio"] == 1.0);
+  CHECK(v["digests"]["model_sha256"] == "abc123");
+  CHECK(v["digests"]["prompts_sha256"].get<std::string>().size() == 64);
+
+  std::string stored, actual;
+  CHECK(verify_report_digest(j, &stored, &actual));
+  CHECK(stored == actual);
+  std::string tampered = j;
+  auto pos = tampered.find("Once upon a time");
+  REQUIRE(pos != std::string::npos);
+  tampered[pos] = 'X';
+  CHECK_FALSE(verify_report_digest(tampered));
+
+  AuditReport back = from_json(j, "mem.json");
+  CHECK(to_json(back) == j);
+  CHECK(to_json(from_json(to_json(back), "again.json")) == j);
+  CHECK(back.cases[0].prompt_text == "Once upon a time");
+  // the analysis of the reloaded completions gives the same report
+  AuditReport re = back;
+  analyze(re);
+  CHECK(to_json(re) == j);
+}
+
+TEST_CASE("from_json rejects bad input with the file name") {
+  CHECK_THROWS_WITH_AS(from_json("{not json", "bad.json"), doctest::Contains("report 'bad.json': invalid JSON"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(from_json(R"({"schema":"other/v9"})", "old.json"),
+                       doctest::Contains("report 'old.json': schema 'other/v9' is not repro-audit/report/v1"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(from_json(R"({"schema":"repro-audit/report/v1","cases":[{"n":"three"}]})", "t.json"),
+                       doctest::Contains("report 't.json': cases[0].n: expected an integer"), UsageError);
+  CHECK_THROWS_WITH_AS(from_json("[]", "arr.json"), doctest::Contains("arr.json"), UsageError);
+}
+
+TEST_CASE("Markdown, HTML, JUnit and terminal writers: expected output") {
+  AuditReport r = small_report();
+  check_golden("report-small.md", to_markdown(r));
+  check_golden("report-small.html", to_html(r));
+  check_golden("report-small.junit.xml", to_junit(r));
+  check_golden("report-small.txt", to_terminal(r));
+}
+
+TEST_CASE("writers escape text and mark divergence") {
+  AuditReport r = small_report();
+  std::string h = to_html(r);
+  CHECK(h.find("<b>cat</b>") == std::string::npos);
+  CHECK(h.find("The &lt;b&gt;cat&lt;/b&gt; &amp; &quot;dog&quot;") != std::string::npos);
+  CHECK(h.find("Lily saw a <mark>dog &lt;b&gt;&amp; ran.</mark>") != std::string::npos);
+  CHECK(h.find("http://") == h.find("http://www.w3.org/2000/svg"));  // no external resources
+  CHECK(h.find("<script") == std::string::npos);
+  CHECK(h.find("<svg") != std::string::npos);
+  std::string md = to_markdown(r);
+  CHECK(md.find("Lily saw a ⟦dog &lt;b&gt;&amp; ran.⟧") != std::string::npos);
+  CHECK(md.find("\\| pipe") != std::string::npos);
+  std::string x = to_junit(r);
+  CHECK(x.find("&lt;b&gt;") != std::string::npos);
+
+  // gate all modes: the divergent default case fails in JUnit with the cluster summary
+  AuditReport all = r;
+  all.thresholds.modes.clear();
+  analyze(all);
+  std::string jx = to_junit(all);
+  CHECK(jx.find("failures=\"1\"") != std::string::npos);
+  CHECK(jx.find("<failure message=\"2 unique of 4") != std::string::npos);
+  CHECK(to_terminal(all).rfind("verdict: DIVERGENT (exit 1)", 0) == 0);
+}
+
+TEST_CASE("write_reports writes every format atomically, '-' and FORMAT=PATH") {
+  AuditReport r = small_report();
+  auto dir = test::scratch_dir("report-write") / "nested" / "out";
+  auto written = write_reports(r, dir.string(), {"json", "md", "html", "junit"});
+  CHECK(written.size() == 4);
+  CHECK(read_file((dir / "report.json").string()) == to_json(r));
+  CHECK(read_file((dir / "report.md").string()) == to_markdown(r));
+  CHECK(read_file((dir / "report.html").string()) == to_html(r));
+  CHECK(read_file((dir / "report.junit.xml").string()) == to_junit(r));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  CHECK(files == 4);  // no temp files left
+  auto custom = dir / "ci.xml";
+  write_reports(r, "-", {"junit=" + custom.string()});
+  CHECK(read_file(custom.string()) == to_junit(r));
+  CHECK_THROWS_WITH_AS(write_reports(r, dir.string(), {"pdf"}),
+                       doctest::Contains("--format: unknown format 'pdf'; allowed: json, md, html, junit"), UsageError);
+  CHECK_THROWS_WITH_AS(parse_formats("json,xml"), doctest::Contains("unknown format 'xml'"), UsageError);
+  CHECK(parse_formats(" json , md ") == std::vector<std::string>{"json", "md"});
+  auto file = dir / "report.json";
+  CHECK_THROWS_WITH_AS(write_reports(r, file.string(), {"md"}), doctest::Contains("--out"), UsageError);
+}
+
+TEST_CASE("drift between two reports") {
+  AuditReport a = small_report();
+  Drift none = compute_drift(a, a);
+  CHECK_FALSE(none.drifted());
+  CHECK(none.unchanged == 4);
+  CHECK(drift_text(none) == "no drift: 4 cases unchanged, verdict reproducible in both\n");
+
+  AuditReport b = a;
+  b.completions[2].tokens = {10, 11, 99};  // p1 batch-invariant, first repeat
+  b.completions[2].text = "Lily saw";
+  b.completions.push_back(b.completions[0]);
+  b.completions.back().prompt_id = "p3";
+  analyze(b);
+  Drift d = compute_drift(a, b);
+  CHECK(d.drifted());
+  CHECK(d.verdict_b == "divergent");  // p1/batch-invariant now 2 unique of 4, and that mode is gated
+  REQUIRE(d.cases.size() == 2);
+  CHECK(d.cases[0].prompt_id == "p1");
+  CHECK(d.cases[0].mode == "batch-invariant");
+  CHECK(d.cases[0].change == "changed");
+  CHECK(d.cases[0].what == std::vector<std::string>{"unique 1 -> 2", "verdict reproducible -> divergent"});
+  CHECK(d.cases[1].change == "added");
+  CHECK(d.cases[1].prompt_id == "p3");
+  std::string t = drift_text(d, "a.json", "b.json");
+  CHECK(t.find("drift between a.json and b.json: 1 changed, 1 added, 0 removed, 3 unchanged") == 0);
+  auto j = drift_json(d);
+  CHECK(j["drift"] == true);
+  CHECK(j["cases"].size() == 2);
+  Drift back = compute_drift(b, a);
+  CHECK(back.cases[1].change == "removed");
+}
+
+TEST_CASE("report and diff subcommands through the real binary") {
+  auto dir = test::scratch_dir("report-cli");
+  AuditReport a = small_report();
+  write_file_atomic((dir / "a.json").string(), to_json(a));
+  AuditReport b = a;
+  b.completions[0].tokens = {1};
+  b.completions[0].text = "x";
+  analyze(b);
+  write_file_atomic((dir / "b.json").string(), to_json(b));
+  write_file_atomic((dir / "bad.json").string(), "{\"schema\": ");
+  const std::string bin = q(test::binary());
+
+  auto p = sh(bin + " report " + q(dir / "a.json") + " --format md,html,junit,json --out " + q(dir / "out"));
+  CHECK(p.rc == 0);
+  CHECK(read_file((dir / "out" / "report.md").string()) == to_markdown(a));
+  CHECK(read_file((dir / "out" / "report.json").string()) == to_json(a));
+  CHECK(read_file((dir / "out" / "report.html").string()) == to_html(a));
+
+  p = sh(bin + " report " + q(dir / "a.json"));
+  CHECK(p.rc == 0);
+  CHECK(p.out == to_terminal(a));
+  p = sh(bin + " report " + q(dir / "a.json") + " --format junit --out -");
+  CHECK(p.rc == 0);
+  CHECK(p.out == to_junit(a));
+
+  p = sh(bin + " report " + q(dir / "bad.json"));
+  CHECK(p.rc == 2);
+  CHECK(p.out.find("error: report '" + (dir / "bad.json").string() + "': invalid JSON") == 0);
+  p = sh(bin + " report " + q(dir / "missing.json"));
+  CHECK(p.rc == 2);
+  CHECK(p.out.find("missing.json") != std::string::npos);
+  p = sh(bin + " report " + q(dir / "a.json") + " --format pdf");
+  CHECK(p.rc == 2);
+  CHECK(p.out.find("--format: unknown format 'pdf'") != std::string::npos);
+
+  // an edited report: warning, or exit 2 with --verify
+  std::string edited = to_json(a);
+  edited.replace(edited.find("Once upon"), 4, "ONCE");
+  write_file_atomic((dir / "edited.json").string(), edited);
+  p = sh(bin + " report " + q(dir / "edited.json"));
+  CHECK(p.rc == 0);
+  CHECK(p.out.find("warning: report") == 0);
+  p = sh(bin + " report " + q(dir / "edited.json") + " --verify");
+  CHECK(p.rc == 2);
+  CHECK(p.out.find("digests.report_sha256 does not match") != std::string::npos);
+
+  p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "a.json"));
+  CHECK(p.rc == 0);
+  CHECK(p.out == "no drift: 4 cases unchanged, verdict reproducible in both\n");
+  p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "b.json"));
+  CHECK(p.rc == 1);
+  CHECK(p.out.find("changed p1 [greedy] default: majority output") != std::string::npos);
+  p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "b.json") + " --json");
+  CHECK(p.rc == 1);
+  CHECK(nlohmann::json::parse(p.out)["drift"] == true);
+  p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "bad.json"));
+  CHECK(p.rc == 2);
+  CHECK(p.out.find("bad.json") != std::string::npos);
+}
