@@ -337,6 +337,8 @@ TEST_CASE("serve: concurrent requests share batches and match Engine::generate b
         if (res) {
           out[static_cast<size_t>(i)].status = res->status;
           out[static_cast<size_t>(i)].j = json::parse(res->body, nullptr, false);
+        } else {
+          out[static_cast<size_t>(i)].body = httplib::to_string(res.error());
         }
       });
     return th;
@@ -347,6 +349,7 @@ TEST_CASE("serve: concurrent requests share batches and match Engine::generate b
     return s.server->stats().queued;
   };
   auto check_probe = [&](const Reply& r) {
+    CAPTURE(r.body);
     REQUIRE(r.status == 200);
     const json& ch = r.j["choices"][0];
     CHECK(ch["token_ids"].get<std::vector<int>>() == ref.tokens);
