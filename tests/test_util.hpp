@@ -1,5 +1,8 @@
 // Shared helpers for the doctest suite.
 #pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -26,6 +29,22 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 
 // Path of the built repro-audit executable (for end-to-end tests of the CLI).
 inline std::string binary() { return REPRO_BINARY; }
+
+// Runs `repro-audit ARGS` through the shell; returns the exit code and stdout+stderr.
+struct CmdResult {
+  int code;
+  std::string output;
+};
+inline CmdResult run_cli(const std::string& args) {
+  std::string cmd = "'" + binary() + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = p ? pclose(p) : -1;
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0), out};
+}
 
 }  // namespace repro::test
 

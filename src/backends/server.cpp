@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -173,6 +174,7 @@ struct Server::Impl {
   httplib::Server http;
   std::thread http_thread, engine_thread;
   int bound_port = -1;
+  int listen_fd = -1;  // the listening socket (set by the socket-options hook)
   std::atomic<bool> stopping{false};
   std::mutex life_mu;
   bool started = false, stopped = false;
@@ -694,6 +696,14 @@ struct Server::Impl {
     http.set_keep_alive_timeout(2);
     int threads = opts.http_threads > 0 ? opts.http_threads : std::max(64, 2 * opts.max_batch + 8);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows
+    // the accept queue and connections are dropped. Keep the listening socket's fd (with httplib's
+    // usual SO_REUSEADDR) so start() can raise the backlog after binding.
+    http.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listen_fd = sock;
+    });
 
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       ServerStats s = stats();
@@ -804,6 +814,7 @@ void Server::start() {
   } else {
     I.bound_port = I.http.bind_to_port(I.opts.host, I.opts.port) ? I.opts.port : -1;
   }
+  if (I.bound_port > 0 && I.listen_fd >= 0) ::listen(I.listen_fd, SOMAXCONN);  // raise httplib's backlog of 5
   if (I.bound_port <= 0)
     throw UsageError(fmt::format("cannot listen on {}:{} (--host/--port): the address is in use or not available "
                                  "here; pick another --port, or --port 0 for a free one",
