@@ -187,16 +187,16 @@ TEST_CASE("writers escape text and mark divergence") {
   std::string md = to_markdown(r);
   CHECK(md.find("Lily saw a ⟦dog &lt;b&gt;&amp; ran.⟧") != std::string::npos);
   CHECK(md.find("\\| pipe") != std::string::npos);
-  std::string x = to_junit(r);
-  CHECK(x.find("&lt;b&gt;") != std::string::npos);
 
   // gate all modes: the divergent default case fails in JUnit with the cluster summary
   AuditReport all = r;
   all.thresholds.modes.clear();
+  all.thresholds.max_error_rate = 0.5;  // the fixture's one failed request is tolerated
   analyze(all);
   std::string jx = to_junit(all);
   CHECK(jx.find("failures=\"1\"") != std::string::npos);
   CHECK(jx.find("<failure message=\"2 unique of 4") != std::string::npos);
+  CHECK(jx.find("&lt;b&gt;") != std::string::npos);
   CHECK(to_terminal(all).rfind("verdict: DIVERGENT (exit 1)", 0) == 0);
 }
 
