@@ -2,7 +2,7 @@
 // Client benchmark: 1024 requests in flight from one thread (closed loop) against a loopback
 // fault server in slow mode running in a forked child process (so the client's RSS and CPU are its
 // own). Measures client CPU time per request (CLOCK_THREAD_CPUTIME_ID of the loop thread) and the
-// RSS growth at 1024 in flight. Numbers go to docs/BENCHMARKS-client.md.
+// RSS growth at 1024 in flight. Numbers go to docs/BENCHMARKS.md.
 //   ctest --test-dir build -L slow -R unit-remote-bench --output-on-failure -V
 // REPRO_BENCH_INFLIGHT / REPRO_BENCH_SLOW_S / REPRO_BENCH_REPEATS override the defaults.
 #include <doctest/doctest.h>
