@@ -30,14 +30,13 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 // Path of the built repro-audit executable (for end-to-end tests of the CLI).
 inline std::string binary() { return REPRO_BINARY; }
 
-// Runs `repro-audit ARGS` through the shell; returns the exit code and stdout+stderr.
+// Runs a shell command line; returns the exit code and stdout+stderr.
 struct CmdResult {
   int code;
   std::string output;
 };
-inline CmdResult run_cli(const std::string& args) {
-  std::string cmd = "'" + binary() + "' " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+inline CmdResult run_shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
   size_t n;
@@ -45,6 +44,8 @@ inline CmdResult run_cli(const std::string& args) {
   int st = p ? pclose(p) : -1;
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0), out};
 }
+// Runs `repro-audit ARGS` through the shell.
+inline CmdResult run_cli(const std::string& args) { return run_shell("'" + binary() + "' " + args); }
 
 }  // namespace repro::test
 

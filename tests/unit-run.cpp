@@ -20,15 +20,7 @@ namespace {
 // Every test gets its own cache so the embedded model is synthesized in a known place.
 std::string env(const fs::path& dir) { return "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' "; }
 std::string cli(const fs::path& dir, const std::string& args) { return env(dir) + "'" + test::binary() + "' " + args; }
-test::CmdResult sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
+test::CmdResult sh(const std::string& cmd) { return test::run_shell(cmd); }
 }  // namespace
 
 TEST_CASE("run with no arguments: quick profile on the embedded model, all reports, exit 0") {
