@@ -3,7 +3,7 @@
 file(GLOB files ${SRC}/*.json)
 list(SORT files)
 set(body "// Generated from profiles/*.json by cmake/embed_profiles.cmake. Do not edit.\n")
-string(APPEND body "#include \"src/audit/builtin_profiles.hpp\"\n\nnamespace repro {\n")
+string(APPEND body "#include \"repro/audit/builtin_profiles.hpp\"\n\nnamespace repro {\n")
 string(APPEND body "const std::vector<std::pair<std::string, std::string>>& builtin_profiles() {\n")
 string(APPEND body "  static const std::vector<std::pair<std::string, std::string>> p = {\n")
 foreach(f ${files})

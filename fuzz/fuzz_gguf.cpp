@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "repro/gguf.hpp"
+#include "repro/model/gguf.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return repro::gguf::fuzz_one_input(data, size);

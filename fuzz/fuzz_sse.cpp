@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "repro/remote.hpp"
+#include "repro/remote/remote.hpp"
 
 namespace repro::fuzz {
 

@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 

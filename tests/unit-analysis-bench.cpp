@@ -3,7 +3,7 @@
 // timing assertion (machines differ), but the synthetic run must produce the expected structure.
 #include <doctest/doctest.h>
 
-#include "repro/analysis.hpp"
+#include "repro/audit/analysis.hpp"
 
 TEST_CASE("analysis benchmark: 10,000 completions x 256 tokens") {
   double warm = repro::bench_analysis(1000, 256, 1);

@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "repro/analysis.hpp"
-#include "repro/error.hpp"
-#include "repro/util.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 using namespace repro;
 

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "repro/batch.hpp"
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
-#include "repro/synth.hpp"
-#include "tests/test_util.hpp"
+#include "repro/audit/batch_context.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/synth.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 

@@ -12,12 +12,12 @@
 #include <limits>
 #include <vector>
 
-#include "repro/error.hpp"
-#include "repro/gguf.hpp"
-#include "repro/model.hpp"
-#include "repro/synth.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/gguf.hpp"
+#include "repro/model/model.hpp"
+#include "repro/model/synth.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 using namespace repro::gguf;

@@ -5,9 +5,9 @@
 
 #include <cstring>
 
-#include "repro/batch.hpp"
-#include "repro/engine.hpp"
-#include "tests/test_util.hpp"
+#include "repro/audit/batch_context.hpp"
+#include "repro/engine/engine.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 

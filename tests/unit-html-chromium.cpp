@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "repro/report.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;

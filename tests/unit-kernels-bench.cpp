@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "repro/kernels.hpp"
+#include "repro/kernels/kernels.hpp"
 
 using namespace repro;
 using namespace repro::kernels;

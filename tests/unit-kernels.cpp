@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../kernels/common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 using namespace repro;
 using namespace repro::kernels;

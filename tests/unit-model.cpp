@@ -11,11 +11,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "repro/error.hpp"
-#include "repro/gguf.hpp"
-#include "repro/model.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/gguf.hpp"
+#include "repro/model/model.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;

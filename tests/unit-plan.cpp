@@ -3,9 +3,9 @@
 
 #include <fstream>
 
-#include "repro/error.hpp"
-#include "repro/plan.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/audit/plan.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 

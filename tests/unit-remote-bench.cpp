@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "repro/remote.hpp"
-#include "tests/fault_server.hpp"
+#include "repro/remote/remote.hpp"
+#include "fault_server.hpp"
 
 using namespace repro;
 

@@ -8,10 +8,10 @@
 #include <chrono>
 #include <thread>
 
-#include "repro/error.hpp"
-#include "repro/remote.hpp"
-#include "tests/fault_server.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/remote/remote.hpp"
+#include "fault_server.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 using test::Fault;

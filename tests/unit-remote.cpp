@@ -7,14 +7,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "repro/error.hpp"
-#include "repro/remote.hpp"
-#include "repro/util.hpp"
-#include "tests/fault_server.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/remote/remote.hpp"
+#include "repro/common/util.hpp"
+#include "fault_server.hpp"
+#include "test_util.hpp"
 
 #define REPRO_FUZZ_NO_MAIN
-#include "fuzz/fuzz_sse.cpp"
+#include "../fuzz/fuzz_sse.cpp"
 
 using namespace repro;
 using test::Fault;

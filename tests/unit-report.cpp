@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "repro/analysis.hpp"
-#include "repro/error.hpp"
-#include "repro/report.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/common/error.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;

@@ -8,10 +8,10 @@
 #include <set>
 #include <sstream>
 
-#include "repro/engine.hpp"
-#include "repro/report.hpp"
-#include "repro/server.hpp"
-#include "tests/test_util.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/report/report.hpp"
+#include "repro/serve/server.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;

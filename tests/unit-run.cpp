@@ -9,9 +9,9 @@
 #include <fstream>
 #include <thread>
 
-#include "repro/report.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;

@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "repro/engine.hpp"
-#include "repro/model.hpp"
-#include "repro/server.hpp"
-#include "tests/test_util.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/model/model.hpp"
+#include "repro/serve/server.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 using json = nlohmann::json;

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "repro/error.hpp"
-#include "repro/model.hpp"
-#include "repro/tokenizer.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/model.hpp"
+#include "repro/tokenizer/tokenizer.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 

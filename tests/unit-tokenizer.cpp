@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "repro/error.hpp"
-#include "repro/tokenizer.hpp"
-#include "src/engine/tokenizer_internal.hpp"
+#include "repro/common/error.hpp"
+#include "repro/tokenizer/tokenizer.hpp"
+#include "repro/tokenizer/internal.hpp"
 
 using namespace repro;
 

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <vector>
 
-#include "repro/error.hpp"
-#include "repro/threadpool.hpp"
-#include "repro/util.hpp"
-#include "tests/test_util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/threadpool.hpp"
+#include "repro/common/util.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 

@@ -11,8 +11,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 namespace detail {

@@ -8,7 +8,7 @@
 
 #include <atomic>
 
-#include "repro/kernels.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 

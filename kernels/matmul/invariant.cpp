@@ -10,8 +10,8 @@
 // Without AVX2 the portable path runs the reference order with std::fma: same bits.
 #include <algorithm>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 namespace {

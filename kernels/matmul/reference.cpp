@@ -6,8 +6,8 @@
 // with acc = fma(x, w, acc), K zero-padded to a multiple of 8, then the lanes are reduced as
 // ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) (detail::dot_lanes). Nothing depends on M, on the other
 // rows, on the row's position or on threads. matmul_invariant reproduces these bits exactly.
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 namespace {

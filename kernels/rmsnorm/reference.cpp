@@ -6,8 +6,8 @@
 // IEEE operations: the order depends on D alone, never on M, row position or threads.
 #include <cmath>
 
-#include "kernels/common.hpp"
-#include "repro/kernels.hpp"
+#include "../common.hpp"
+#include "repro/kernels/kernels.hpp"
 
 namespace repro::kernels {
 

@@ -1,6 +1,6 @@
 // Analysis of an audit run: see include/repro/analysis.hpp and docs/REPORT-SCHEMA.md.
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "repro/analysis.hpp"
+#include "repro/audit/analysis.hpp"
 
 #include <pcre2.h>
 
@@ -14,8 +14,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "repro/error.hpp"
-#include "repro/util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 

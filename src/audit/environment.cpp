@@ -6,8 +6,12 @@
 #include <string>
 #include <thread>
 
-#include "repro/kernels.hpp"
-#include "repro/runner.hpp"
+#include "repro/kernels/kernels.hpp"
+#ifdef REPRO_HAVE_CUDA
+#include "repro/kernels/cuda.hpp"
+#endif
+#include "repro/audit/runner.hpp"
+#include "repro/common/version.hpp"
 
 extern "C" {
 char* openblas_get_config(void);
@@ -28,9 +32,13 @@ static std::string cpu_model() {
   return "unknown";
 }
 
+#ifdef REPRO_HAVE_CUDA
+static std::string fmt_cc(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+#endif
+
 nlohmann::json environment_record(int threads) {
   nlohmann::json env;
-  env["tool"] = {{"name", "repro-audit"}, {"version", REPRO_VERSION}, {"commit", REPRO_GIT_COMMIT}};
+  env["tool"] = {{"name", "repro-audit"}, {"version", tool_version()}, {"commit", tool_commit()}};
   struct utsname u{};
   if (uname(&u) == 0)
     env["os"] = {{"sysname", u.sysname}, {"release", u.release}, {"machine", u.machine}};
@@ -53,7 +61,13 @@ nlohmann::json environment_record(int threads) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   env["environment_variables"] = vars;
 #ifdef REPRO_HAVE_CUDA
-  env["gpu"] = {{"cuda_build", true}};
+  const kernels::cuda::DeviceInfo d = kernels::cuda::device_info();
+  env["gpu"] = {{"cuda_build", true}, {"device_count", d.device_count}, {"runtime_version", d.runtime_version},
+                {"driver_version", d.driver_version}};
+  if (d.device_count > 0)
+    env["gpu"]["device"] = {{"name", d.name}, {"compute_capability", fmt_cc(d.cc_major, d.cc_minor)}};
+  else
+    env["gpu"]["device"] = "none (" + d.error + ")";
 #else
   env["gpu"] = {{"cuda_build", false}, {"device", "none"}};
 #endif

@@ -1,5 +1,5 @@
 // Profiles, prompt sources and plan expansion.
-#include "repro/plan.hpp"
+#include "repro/audit/plan.hpp"
 
 #include <fmt/core.h>
 
@@ -9,10 +9,10 @@
 #include <set>
 #include <sstream>
 
-#include "repro/chat.hpp"
-#include "repro/error.hpp"
-#include "repro/util.hpp"
-#include "src/audit/builtin_profiles.hpp"
+#include "repro/common/chat.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/audit/builtin_profiles.hpp"
 
 namespace repro {
 

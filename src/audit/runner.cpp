@@ -1,5 +1,5 @@
 // Executes the plan's cells and records every completion.
-#include "repro/runner.hpp"
+#include "repro/audit/runner.hpp"
 
 #include <unistd.h>
 
@@ -9,9 +9,9 @@
 #include <map>
 #include <set>
 
-#include "repro/batch.hpp"
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
+#include "repro/audit/batch_context.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
 
 namespace repro {
 

@@ -3,9 +3,11 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
-#include "repro/error.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/version.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 
@@ -15,7 +17,7 @@ void build_app(CLI::App& app, Runner& runner) {
       "Replays prompts while varying batch composition and seeds, hashes outputs, clusters\n"
       "divergent completions and reports the throughput cost of determinism.\n"
       "Exit status: 0 reproducible, 1 divergent, 2 usage/bad input, 3 backend failure, 130 interrupted.");
-  app.set_version_flag("--version", "repro-audit " REPRO_VERSION " (" REPRO_GIT_COMMIT ")");
+  app.set_version_flag("--version", std::string("repro-audit ") + tool_version() + " (" + tool_commit() + ")");
   app.require_subcommand(0, 1);
   for (const auto& sc : kSubcommands) sc.setup(app, runner);
 }

@@ -13,14 +13,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "repro/batch.hpp"
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
-#include "repro/kernels.hpp"
-#include "repro/model.hpp"
-#include "repro/synth.hpp"
-#include "repro/util.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/audit/batch_context.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
+#include "repro/kernels/kernels.hpp"
+#include "repro/model/model.hpp"
+#include "repro/model/synth.hpp"
+#include "repro/common/util.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

@@ -1,9 +1,9 @@
 // `repro-audit diff A.json B.json [--json]`: drift between two runs. Exit 1 on drift, 0 otherwise, 2 on bad input.
 #include <cstdio>
 
-#include "repro/error.hpp"
-#include "repro/report.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/common/error.hpp"
+#include "repro/report/report.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

@@ -3,12 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "repro/batch.hpp"
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
-#include "repro/model.hpp"
-#include "repro/default_model.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/audit/batch_context.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/model.hpp"
+#include "repro/model/default_model.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

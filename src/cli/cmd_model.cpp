@@ -4,11 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "repro/error.hpp"
-#include "repro/model.hpp"
-#include "repro/synth.hpp"
-#include "repro/util.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/model.hpp"
+#include "repro/model/synth.hpp"
+#include "repro/common/util.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

@@ -1,10 +1,10 @@
 // `repro-audit report REPORT.json [--format json,md,html,junit] [--out DIR]`: re-renders a stored report.
 #include <cstdio>
 
-#include "repro/error.hpp"
-#include "repro/report.hpp"
-#include "repro/util.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/common/error.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

@@ -5,15 +5,15 @@
 #include <csignal>
 #include <filesystem>
 
-#include "repro/analysis.hpp"
-#include "repro/default_model.hpp"
-#include "repro/error.hpp"
-#include "repro/plan.hpp"
-#include "repro/remote.hpp"
-#include "repro/report.hpp"
-#include "repro/runner.hpp"
-#include "repro/util.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/model/default_model.hpp"
+#include "repro/common/error.hpp"
+#include "repro/audit/plan.hpp"
+#include "repro/remote/remote.hpp"
+#include "repro/report/report.hpp"
+#include "repro/audit/runner.hpp"
+#include "repro/common/util.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

@@ -8,11 +8,11 @@
 #include <memory>
 #include <string>
 
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
-#include "repro/model.hpp"
-#include "repro/server.hpp"
-#include "src/cli/commands.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
+#include "repro/model/model.hpp"
+#include "repro/serve/server.hpp"
+#include "repro/cli/commands.hpp"
 
 namespace repro::cli {
 

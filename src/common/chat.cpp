@@ -1,6 +1,6 @@
-#include "repro/chat.hpp"
+#include "repro/common/chat.hpp"
 
-#include "repro/error.hpp"
+#include "repro/common/error.hpp"
 
 namespace repro {
 

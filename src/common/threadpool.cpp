@@ -1,4 +1,4 @@
-#include "repro/threadpool.hpp"
+#include "repro/common/threadpool.hpp"
 
 namespace repro {
 

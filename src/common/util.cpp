@@ -1,4 +1,4 @@
-#include "repro/util.hpp"
+#include "repro/common/util.hpp"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <memory>
 
-#include "repro/error.hpp"
+#include "repro/common/error.hpp"
 
 namespace repro {
 

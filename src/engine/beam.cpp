@@ -5,10 +5,10 @@
 #include <chrono>
 #include <cmath>
 
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
-#include "repro/util.hpp"
-#include "src/engine/forward.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/engine/forward.hpp"
 
 namespace repro {
 

@@ -1,13 +1,13 @@
 // The engine: continuous batching over the forward pass. Sequences join (prefill) at the next step
 // after submit(), decode one token per step, and leave the batch when they finish.
-#include "repro/engine.hpp"
+#include "repro/engine/engine.hpp"
 
 #include <chrono>
 #include <map>
 
-#include "repro/error.hpp"
-#include "repro/util.hpp"
-#include "src/engine/forward.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/engine/forward.hpp"
 
 namespace repro {
 

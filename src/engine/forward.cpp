@@ -8,7 +8,7 @@
 // RMSNorm, attention) are chosen by mode: `default` takes the fastest path per shape (OpenBLAS),
 // `batch-invariant` the project's kernels with one reduction order per output element.
 // ============================================================================================
-#include "src/engine/forward.hpp"
+#include "repro/engine/forward.hpp"
 
 #include <algorithm>
 #include <cmath>

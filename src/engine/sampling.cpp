@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "repro/engine.hpp"
-#include "repro/error.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/common/error.hpp"
 
 namespace repro {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <map>
 
-#include "repro/analysis.hpp"
-#include "repro/report.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/report/report.hpp"
 
 namespace repro {
 

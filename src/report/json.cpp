@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "repro/error.hpp"
-#include "repro/report.hpp"
-#include "repro/util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <limits>
 
-#include "repro/error.hpp"
-#include "repro/report.hpp"
-#include "repro/util.hpp"
+#include "repro/common/error.hpp"
+#include "repro/report/report.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 

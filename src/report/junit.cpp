@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "repro/report.hpp"
+#include "repro/report/report.hpp"
 
 namespace repro {
 

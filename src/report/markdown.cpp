@@ -1,8 +1,8 @@
 // Markdown report: verdict, headline table per mode, throughput, then every case with its clusters.
 #include <fmt/core.h>
 
-#include "repro/analysis.hpp"
-#include "repro/report.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/report/report.hpp"
 
 namespace repro {
 

@@ -4,8 +4,8 @@
 #include <map>
 #include <tuple>
 
-#include "repro/analysis.hpp"
-#include "repro/report.hpp"
+#include "repro/audit/analysis.hpp"
+#include "repro/report/report.hpp"
 
 namespace repro {
 

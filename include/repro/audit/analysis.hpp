@@ -1,0 +1,80 @@
+// Analysis of an audit: clusters, unique counts, TARr/TARa, first divergence, families, the bitwise
+// tier, factor tables, throughput ratios, per-mode summaries and the verdict.
+//
+// The runner fills AuditReport::completions (and plan, prompts, environment, thresholds, profile,
+// answer_regex / answer_json_path, optionally throughput rows with measured wall time and
+// summary.interrupted), then calls analyze(); the report writers read the result.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+// Fills cases, cross_mode, throughput (ratios; rows computed from completions when the runner gave
+// none) and summary. Idempotent: running it twice gives the same report.
+// Throws UsageError when --answer-regex or --answer-json-path is malformed.
+void analyze(AuditReport& report);
+
+// Exit status for a finished, analysed report: 130 interrupted, 3 error rate over the threshold,
+// 1 divergent over the thresholds, 0 reproducible (see include/repro/error.hpp).
+int exit_code_for(const AuditReport& report);
+
+// Family linkage threshold: two clusters belong to the same family when their normalised token edit
+// distance (Levenshtein / max(len)) is <= this value (single linkage).
+inline constexpr double kFamilyThreshold = 0.2;
+
+// ---- building blocks (exposed for tests and the writers) ----
+
+// SHA-256 of token ids as int32 little-endian.
+std::string tokens_sha256(const std::vector<int>& tokens);
+
+// Levenshtein distance between a and b if it is <= max_dist, otherwise max_dist + 1. Banded, with
+// early exit; common prefix and suffix are stripped first.
+int edit_distance_bounded(const std::vector<int>& a, const std::vector<int>& b, int max_dist);
+// Exact Levenshtein / max(len) in [0, 1] (0 for two empty sequences).
+double normalized_edit_distance(const std::vector<int>& a, const std::vector<int>& b);
+
+// Compiled answer extractor: a PCRE2 regex (first capture group, or the whole match) or a simple
+// JSON path `$.a.b[0]` over the completion parsed as JSON. Throws UsageError naming the flag.
+class AnswerExtractor {
+ public:
+  AnswerExtractor(const std::string& regex, const std::string& json_path);
+  ~AnswerExtractor();
+  AnswerExtractor(const AnswerExtractor&) = delete;
+  AnswerExtractor& operator=(const AnswerExtractor&) = delete;
+  bool configured() const { return re_ != nullptr || !path_.empty(); }
+  // The answer, or nullopt when the pattern does not match / the text is not JSON / the path is absent.
+  std::optional<std::string> extract(const std::string& text) const;
+
+ private:
+  void* re_ = nullptr;  // pcre2_code_8*
+  struct Step {
+    bool index;
+    std::string key;
+    size_t pos;
+  };
+  std::vector<Step> path_;
+  bool path_set_ = false;
+};
+
+// Per mode and batch size (concurrency for remote): the mean over cases of the number of distinct
+// outputs among the completions at that batch size, and the share of those completions outside the
+// case's majority cluster. For the HTML charts; computed from cases + completions.
+struct BatchPoint {
+  std::string mode;
+  int batch_size = 1;
+  double mean_unique = 0;
+  double off_majority_share = 0;
+  int completions = 0;
+};
+std::vector<BatchPoint> unique_by_batch(const AuditReport& report);
+
+// Synthetic benchmark: `completions` completions of `tokens` tokens (100 completions per case, two
+// modes, the "default" mode with a few divergent clusters), then times analyze(). Returns seconds.
+double bench_analysis(int completions, int tokens, uint64_t seed);
+
+}  // namespace repro

@@ -1,0 +1,40 @@
+// Running a probe inside a real batch: the probe decodes together with filler sequences drawn from
+// a built-in pool by a seeded RNG, at a chosen position, and the batch shrinks as fillers finish.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "repro/engine/engine.hpp"
+
+namespace repro {
+
+struct BatchContext {
+  int batch_size = 1;        // sequences at the start of the batch, probe included
+  int position = 0;          // the probe's row among them (0-based)
+  uint64_t filler_seed = 0;  // which fillers, and how long each decodes
+};
+
+struct FillerDraw {
+  std::vector<std::string> ids;      // "pool:<index>"
+  std::vector<std::string> prompts;
+  std::vector<int> max_tokens;       // fillers finish at different steps (continuous batching)
+};
+
+// The built-in filler pool (short, varied English prompts).
+const std::vector<std::string>& filler_pool();
+// count fillers drawn from the pool with a seeded RNG; lengths in [1, 2 * probe_max_tokens].
+FillerDraw draw_fillers(int count, uint64_t seed, int probe_max_tokens);
+
+struct BatchRun {
+  GenResult probe;
+  FillerDraw fillers;
+  int64_t generated_tokens = 0;  // probe + fillers
+  double seconds = 0;            // wall time of the whole batch
+};
+
+// Decodes the probe at ctx.position among ctx.batch_size - 1 fillers, to the end of the batch.
+// Throws UsageError when position >= batch_size or batch_size < 1.
+BatchRun run_in_batch(Engine& engine, const GenRequest& probe, const BatchContext& ctx);
+
+}  // namespace repro

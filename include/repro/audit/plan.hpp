@@ -1,0 +1,82 @@
+// The audit plan: prompts x decoding configs x modes (or endpoints) x batch contexts x repeats.
+// Options are vectors; expand_plan() turns them into cells in loops.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+struct Prompt {
+  std::string id;        // stable: given id / custom_id, else "p-" + first 10 hex of SHA-256(text)
+  std::string text;      // rendered text (chat messages through repro::render_chat)
+  nlohmann::json messages;  // chat form when given (remote chat endpoints use it as is)
+};
+
+// Every knob of a run; a profile sets some, flags override. Validated by validate_plan().
+struct PlanOptions {
+  std::string profile = "quick";
+  std::string profile_digest;             // SHA-256 of the profile file's bytes
+  std::vector<Prompt> prompts;
+  int max_tokens = 32;
+  int repeats = 2;
+  std::vector<std::string> modes = {"default", "batch-invariant"};
+  std::vector<int> batch_sizes = {1, 8};
+  std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
+  int filler_sets = 2;
+  uint64_t filler_seed = 1;
+  std::vector<double> temperatures = {0.0};
+  std::vector<double> top_ps = {1.0};
+  std::vector<int> top_ks = {0};
+  std::vector<uint64_t> seeds = {1};
+  int threads = 1;
+  std::vector<std::string> formats = {"json", "md", "html", "junit"};
+  Thresholds thresholds;
+  std::string answer_regex, answer_json_path;
+  // remote
+  std::vector<int> concurrency = {1, 8};
+  bool cache_probe = true;
+};
+
+// A built-in profile (embedded from profiles/*.json at build time) or a JSON file.
+struct ProfileSource {
+  std::string name;     // "quick" or the path
+  std::string text;     // the JSON text
+};
+std::vector<std::string> builtin_profile_names();
+ProfileSource find_profile(const std::string& name_or_path);   // UsageError lists the built-in names
+// Applies a profile's keys over `o`. Unknown keys or bad values: UsageError naming the file, the key
+// and the allowed values.
+void apply_profile(const ProfileSource& src, PlanOptions& o);
+nlohmann::json plan_to_json(const PlanOptions& o);  // everything but the prompts' texts
+void validate_plan(const PlanOptions& o, int context_length);  // -1 when unknown (remote)
+
+// Prompt sources. UsageError names the file and line.
+std::vector<Prompt> prompts_from_file(const std::string& path);  // .txt (one per line), .jsonl, batch API
+Prompt prompt_from_text(const std::string& text);
+std::string prompt_id_for(const std::string& text);
+// The built-in prompts used when neither the profile nor the flags give any.
+std::vector<Prompt> builtin_prompts();
+
+// The decoding configs of the plan: greedy once; each sampled (T, top_p, top_k) once per seed,
+// with the seed in the id ("t0.8-p0.95-k40-s1"), so a case holds runs that should be identical.
+struct DecodingCell {
+  DecodingConfig cfg;
+  uint64_t seed = 0;
+};
+std::vector<DecodingCell> decoding_cells(const PlanOptions& o);
+
+// One local batch context.
+struct ContextCell {
+  int batch_size;
+  int position;
+  int filler_set;       // index; filler seed = filler_seed + filler_set
+};
+// Batch contexts: batch sizes x distinct resolved positions x filler sets (batch size 1: one).
+std::vector<ContextCell> context_cells(const PlanOptions& o);
+
+}  // namespace repro

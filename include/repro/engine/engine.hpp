@@ -1,0 +1,94 @@
+// The local inference engine: batched decoding with continuous batching on the CPU.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "repro/model/model.hpp"
+
+namespace repro {
+
+enum class Mode { Default, BatchInvariant };
+const char* mode_name(Mode m);                   // "default" / "batch-invariant"
+Mode parse_mode(const std::string& s, const char* flag = "--mode");  // UsageError names the flag
+
+// Decoding parameters of one request. The sampling draw at step t depends only on
+// (seed, t, logits): never on batch size, batch mates or position.
+struct DecodeParams {
+  int max_tokens = 32;
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  uint64_t seed = 0;
+  std::vector<std::string> stop;  // stop strings (text); the match is cut from the output
+  bool stop_at_eos = true;
+};
+
+struct GenRequest {
+  std::vector<int> prompt;  // token ids (with BOS when the tokenizer adds one)
+  DecodeParams params;
+};
+
+struct GenResult {
+  std::vector<int> tokens;       // generated ids (without the prompt)
+  std::vector<float> logprobs;   // log-softmax of each chosen token (before temperature)
+  std::string text;              // decoded generated text
+  std::string finish_reason;     // "stop" (EOS / stop string) or "length"
+  std::string logits_sha256;     // SHA-256 of the final step's logits bits (vocab float32, LE)
+  double latency_s = 0;          // from join to finish
+  int prompt_tokens = 0;
+};
+
+struct EngineOptions {
+  Mode mode = Mode::BatchInvariant;
+  int threads = 1;
+};
+
+// Continuous batching: submit() adds a sequence (it is prefilled at the next step()), step() runs one
+// forward pass over every active sequence, and a sequence leaves the batch when it finishes, so later
+// steps see a smaller batch. The position of a sequence in the batch is its submission order among
+// the active ones.
+class Engine {
+ public:
+  Engine(const Model& model, EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Returns a handle. Throws UsageError when the prompt is empty or prompt + max_tokens exceeds
+  // the model's context length.
+  int submit(GenRequest req);
+  // One forward step over all active sequences. Returns the handles that finished in this step.
+  std::vector<int> step();
+  bool busy() const;                  // any active sequence
+  int active() const;                 // sequences in the batch now
+  const GenResult& result(int handle) const;  // valid once the handle finished
+  GenResult take_result(int handle);  // moves it out and frees the slot's bookkeeping
+  // Called after each step for each sequence that produced a token: (handle, token, logprob).
+  std::function<void(int, int, float)> on_token;
+
+  // Convenience: all requests join at once (position = index), run to completion.
+  std::vector<GenResult> generate(const std::vector<GenRequest>& reqs);
+
+  const Model& model() const;
+  const EngineOptions& options() const;
+  int64_t generated_tokens() const;   // total over the engine's life
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Beam search of the given width for one prompt (beams decode as one real batch).
+GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<int>& prompt, int width,
+                      int max_tokens);
+
+// Sampling primitives (exposed for tests).
+// Index of the chosen token from logits under params at step t (greedy when temperature == 0).
+int sample_token(const float* logits, int n, const DecodeParams& p, int step);
+// log-softmax of logits[id].
+float token_logprob(const float* logits, int n, int id);
+
+}  // namespace repro

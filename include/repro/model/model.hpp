@@ -1,0 +1,64 @@
+// A Llama-family model in memory: hyper-parameters, f32 weights, tokenizer.
+// Weight matrices are row-major [out][in] (GGUF ne = [in, out]); y = W x means y[o] = sum_i W[o][i] x[i].
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "repro/tokenizer/tokenizer.hpp"
+
+namespace repro {
+
+struct ModelConfig {
+  std::string arch = "llama";
+  int dim = 0;             // embedding length
+  int hidden_dim = 0;      // feed-forward length
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;      // GQA: n_heads / n_kv_heads query heads share one KV head
+  int vocab_size = 0;
+  int context_length = 0;
+  int head_dim() const { return dim / n_heads; }
+  int kv_dim() const { return head_dim() * n_kv_heads; }
+  int rope_dim = 0;        // rotated dims per head (llama: head_dim); adjacent pairs (2i, 2i+1)
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> wq;         // [dim][dim]
+  std::vector<float> wk;         // [kv_dim][dim]
+  std::vector<float> wv;         // [kv_dim][dim]
+  std::vector<float> wo;         // [dim][dim]
+  std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> w_gate;     // [hidden][dim]   (llama2.c w1)
+  std::vector<float> w_down;     // [dim][hidden]   (llama2.c w2)
+  std::vector<float> w_up;       // [hidden][dim]   (llama2.c w3)
+};
+
+struct Model {
+  ModelConfig config;
+  std::vector<float> token_embd;  // [vocab][dim]
+  std::vector<LayerWeights> layers;
+  std::vector<float> output_norm; // [dim]
+  std::vector<float> output;      // [vocab][dim]; empty when tied to token_embd
+  const float* output_weights() const { return output.empty() ? token_embd.data() : output.data(); }
+  std::unique_ptr<Tokenizer> tokenizer;
+
+  // Provenance, for `model info` and reports.
+  std::string path;
+  std::string file_sha256;
+  std::string format;                          // "GGUF v3", "llama2.c"
+  std::map<std::string, int64_t> tensor_types; // type name -> tensor count, e.g. {"F32": 48}
+  int64_t n_params = 0;
+};
+
+// Loads a GGUF (v2/v3, arch llama; F32/F16/BF16/Q8_0 dequantized to f32) or a llama2.c checkpoint
+// (tokenizer_path names its tokenizer .bin; when empty, tokenizer.bin / tok<vocab>.bin beside it).
+// Throws UsageError naming the file, what is wrong and what is supported.
+std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path = "");
+
+}  // namespace repro

@@ -1,0 +1,42 @@
+// Seeded synthetic Llama models: `repro-audit model synth`. The weights come from an integer PRNG
+// (splitmix64) and are turned into floats with exact operations only (an integer times a power of
+// two), so the same options give a bit-identical GGUF on every machine and compiler.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "repro/tokenizer/tokenizer.hpp"
+
+namespace repro {
+
+struct SynthOptions {
+  uint64_t seed = 1;
+  int dim = 128;
+  int hidden_dim = 384;
+  int n_layers = 4;
+  int n_heads = 4;
+  int n_kv_heads = 2;
+  int vocab_size = 512;
+  int context_length = 512;
+  std::string type = "f32";  // weight matrices: "f32" or "f16" (norm vectors stay f32)
+  bool tied = true;          // no output.weight: the classifier reuses token_embd
+};
+
+// The smallest vocabulary synth_tokenizer can build: <unk>, <s>, </s>, 256 byte tokens and the
+// single-character pieces.
+int synth_min_vocab();
+
+// A small valid SentencePiece-BPE (llama) vocabulary of exactly vocab_size tokens: <unk>, <s>,
+// </s>, <0x00>..<0xFF>, single characters (U+2581, letters, digits, punctuation), then pieces made by
+// joining two existing pieces (common English words first), with decreasing scores.
+// Throws UsageError when vocab_size is below synth_min_vocab() or above 262144.
+TokenizerData synth_tokenizer(int vocab_size);
+
+// The GGUF v3 file bytes of the model the options describe. Throws UsageError naming the flag
+// (--dim, --heads, ...) when the options are inconsistent or the model would be too large.
+std::string synth_model(const SynthOptions& opts);
+
+// synth_model written atomically to path.
+void write_synth_model(const SynthOptions& opts, const std::string& path);
+
+}  // namespace repro

@@ -1,0 +1,244 @@
+// Remote OpenAI-compatible endpoints: endpoint spec and provider presets, request building,
+// SSE / JSON response parsing, a single-thread libcurl-multi client with retries, and the audit
+// pieces the runner calls (closed-loop probe under concurrency, cold/warm prefix-cache probe).
+//
+// Security: EndpointSpec::api_key lives in memory only. It is sent as `Authorization: Bearer` (or
+// Azure's `api-key` header) and never written into a Completion, an error string, RemoteStats or
+// the verbose log: every string this module produces passes through scrub_secret().
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+// ---------------------------------------------------------------- endpoint and presets
+
+enum class Provider { openai, azure, vllm, sglang, llamacpp, ollama, tgi };
+
+// "openai" ... "tgi"; throws UsageError naming --provider and the accepted values.
+Provider parse_provider(const std::string& name);
+const char* provider_name(Provider p);
+
+struct EndpointSpec {
+  std::string label;               // report label (Completion::mode)
+  std::string url;                 // base: http://127.0.0.1:8000 or http://host:8000/v1 or https://x.openai.azure.com
+  std::string api_model;           // "model" field; Azure: the deployment name
+  std::string api = "chat";        // "chat" | "completions"
+  Provider provider = Provider::openai;
+  bool stream = false;
+  nlohmann::json extra_body = nlohmann::json::object();  // merged (top level, overriding) into every request
+  std::string api_key;             // memory only; empty = no auth header
+  std::string azure_api_version = "2024-06-01";
+  std::string ca_cert;             // PEM bundle for TLS verification (verification is always on)
+  double connect_timeout_s = 10;
+  double read_timeout_s = 120;     // no byte received for this long -> timeout (checked in the loop)
+  double total_timeout_s = 900;    // one attempt, end to end
+  int max_retries = 3;             // retries after the first attempt
+  double backoff_base_s = 0.5;     // delay before retry k (k=1..): base*2^(k-1), jittered into [d/2, d]
+  double backoff_max_s = 30;
+  double retry_after_max_s = 120;  // a larger Retry-After is capped to this
+  bool verbose = false;            // log requests/responses (headers redacted) to `log`
+  std::function<void(const std::string&)> log;  // verbose sink; default stderr
+};
+
+// "--endpoint" value: "label=URL" or bare "URL" (label = URL). Throws UsageError on a bad URL.
+EndpointSpec parse_endpoint_arg(const std::string& arg);
+
+// The API key: from `file` when non-empty (trimmed; throws UsageError naming --api-key-file when
+// unreadable or empty), else from the environment variable `env_name` (empty when unset).
+std::string load_api_key(const std::string& env_name, const std::string& file);
+
+// Checks the spec (url scheme http/https, api chat|completions, model set, timeouts > 0, ca_cert
+// readable); throws UsageError naming the flag and the fix.
+void validate_endpoint(const EndpointSpec& spec);
+
+// URL with any user:password@ removed (for reports and logs).
+std::string redact_url(const std::string& url);
+// `s` with every occurrence of `secret` replaced by "[REDACTED]" (no-op for an empty secret).
+std::string scrub_secret(std::string s, const std::string& secret);
+
+// ---------------------------------------------------------------- requests
+
+struct RequestParams {
+  std::string prompt;              // completions API (and chat when messages is empty)
+  nlohmann::json messages;         // chat API: [{"role","content"}]; null/empty -> one user message = prompt
+  DecodingConfig decoding;
+  uint64_t seed = 0;
+  bool send_seed = true;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+};
+
+struct HttpRequestSpec {
+  std::string url;                 // full URL with path and query
+  std::vector<std::string> headers;  // "Name: value" (auth headers included: never log these raw)
+  std::string body;                // JSON
+};
+
+// Request URL, headers and body for this provider preset (see the man page for the quirks).
+// Throws UsageError for parameters the provider cannot take (e.g. top_k on Azure/OpenAI).
+HttpRequestSpec build_request(const EndpointSpec& spec, const RequestParams& params);
+nlohmann::json build_request_body(const EndpointSpec& spec, const RequestParams& params);
+// Whether this preset sends logprobs when asked (Ollama's OpenAI API does not return them).
+bool provider_supports_logprobs(Provider p);
+
+// ---------------------------------------------------------------- parsing (plain functions; fuzzed)
+
+// Incremental Server-Sent-Events parser: any chunking, LF / CRLF / CR line ends, comments (":"),
+// multi-line data fields (joined by "\n"), fields other than data ignored. Each complete event's
+// data is appended to `out`. A line longer than max_line bytes sets error().
+class SseParser {
+ public:
+  explicit SseParser(size_t max_line = 8u << 20) : max_line_(max_line) {}
+  void feed(std::string_view chunk, std::vector<std::string>& out);
+  const std::string& error() const { return error_; }
+
+ private:
+  void line(std::string_view l, std::vector<std::string>& out);
+  std::string buf_, data_, error_;
+  bool has_data_ = false, last_cr_ = false;
+  size_t max_line_;
+};
+
+// Failure causes, for stats and Completion::error ("<cause>: <detail>").
+enum class FailCause {
+  none, http_429, http_5xx, http_4xx, timeout, connect, reset, stream_cut, invalid_json,
+  empty_choices, server_error, tls, aborted, other
+};
+const char* cause_name(FailCause c);
+bool cause_retryable(FailCause c);
+
+// The parsed response fields of one request (stream or not).
+struct ParsedResponse {
+  std::string text;
+  bool tokens_known = false;
+  std::vector<int> tokens;
+  std::vector<float> logprobs;
+  std::string finish_reason, system_fingerprint, model, id;
+  int64_t created = 0;
+  int prompt_tokens = -1, completion_tokens = -1;
+  bool saw_done = false;           // stream: "data: [DONE]"
+  int events = 0;                  // stream: data events seen
+  FailCause cause = FailCause::none;
+  std::string error;               // detail when cause != none
+};
+
+// Accumulates streamed chunks (chat deltas or completion text pieces).
+class StreamAccumulator {
+ public:
+  explicit StreamAccumulator(bool chat) : chat_(chat) {}
+  // One SSE event's data. Returns true when the event carried generated text (for TTFT).
+  bool add_event(const std::string& data);
+  // At end of stream: sets cause stream_cut when neither [DONE] nor a finish_reason came,
+  // empty_choices when no chunk carried a choice.
+  void finish();
+  ParsedResponse& result() { return r_; }
+
+ private:
+  bool chat_;
+  bool saw_choice_ = false;
+  ParsedResponse r_;
+};
+
+// A non-streamed JSON body of /v1/chat/completions (chat=true) or /v1/completions.
+ParsedResponse parse_response_json(std::string_view body, bool chat);
+// One choice object (either API, either stream delta or full message) into r; used by both paths.
+void parse_choice(const nlohmann::json& choice, bool chat, ParsedResponse& r);
+// OpenAI-style error body -> short message ("error.message" or the first 200 bytes).
+std::string error_message_from_body(std::string_view body);
+// Retry-After header value: delay-seconds or an HTTP-date; -1 when absent/unparsable.
+double parse_retry_after(std::string_view value, int64_t now_unix);
+
+// ---------------------------------------------------------------- the client
+
+struct RemoteStats {
+  int64_t requests = 0;            // logical requests finished (success or failure), probes + fillers
+  int64_t attempts = 0;            // HTTP attempts started
+  int64_t retries = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;              // logical requests failed after retries (aborted excluded)
+  int64_t aborted = 0;             // cancelled by the stop flag or at the end of a closed loop
+  int64_t probe_failed = 0, filler_failed = 0;
+  std::map<std::string, int64_t> attempt_errors;  // cause -> failed attempts (retried or not)
+  std::map<std::string, int64_t> final_errors;    // cause -> failed logical requests
+  int max_in_flight = 0;
+  double wall_s = 0;
+  double client_cpu_s = 0;         // CPU time of the thread that ran the loop
+  long rss_start_kb = 0, rss_peak_in_flight_kb = 0;  // process RSS before the loop / at max in flight
+  void merge(const RemoteStats& o);
+  nlohmann::json to_json() const;
+};
+
+struct RemoteResult {
+  Completion c;                    // response fields filled; c.error non-empty on failure
+  FailCause cause = FailCause::none;
+  bool aborted = false;
+};
+
+// Single-thread libcurl-multi engine. submit() may be called from callbacks (closed loop).
+class RemoteClient {
+ public:
+  explicit RemoteClient(EndpointSpec spec, int max_connections = 1024);
+  ~RemoteClient();
+  RemoteClient(const RemoteClient&) = delete;
+  RemoteClient& operator=(const RemoteClient&) = delete;
+
+  using Callback = std::function<void(RemoteResult&&)>;
+  // Queues a logical request (retried per the spec); `done` runs on the loop thread.
+  void submit(const RequestParams& params, Callback done);
+  // Runs until nothing is in flight or queued, *stop becomes true, or cancel() was called; then
+  // aborts what is left (their callbacks run with aborted=true).
+  void run(const std::atomic<bool>* stop = nullptr);
+  void cancel() { cancelled_ = true; }
+  int in_flight() const;
+  RemoteStats& stats() { return stats_; }
+  const EndpointSpec& spec() const { return spec_; }
+
+  struct Impl;
+
+ private:
+  EndpointSpec spec_;
+  Impl* impl_;
+  RemoteStats stats_;
+  bool cancelled_ = false;
+};
+
+// ---------------------------------------------------------------- audit pieces for the runner
+
+struct RemoteProbe {
+  std::string prompt_id;
+  std::string prompt;              // completions API text (chat: used when messages is empty)
+  nlohmann::json messages;         // chat messages (completions API renders them with render_chat)
+  DecodingConfig decoding;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
+};
+
+// The probe is replayed `repeats` times, one after another, while concurrency-1 filler requests
+// are kept in flight (closed loop: a finished filler is replaced at once). Returns only the probe
+// completions that finished (successful or failed after retries; mode=label,
+// batch_size=concurrency, seed, repeat). When *stop becomes true, in-flight requests are aborted
+// and what finished is returned. `stats` (optional) receives counts for probes and fillers.
+std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe,
+                                         int concurrency, int repeats,
+                                         const std::atomic<bool>* stop,
+                                         std::function<void(int done, int total)> progress,
+                                         RemoteStats* stats = nullptr);
+
+// The same prompt cold (first request of it: call this before any other request of the prompt)
+// then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1.
+std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe,
+                                        int warm_repeats, const std::atomic<bool>* stop,
+                                        RemoteStats* stats = nullptr);
+
+}  // namespace repro

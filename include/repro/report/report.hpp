@@ -1,0 +1,67 @@
+// Report writers: JSON (canonical, versioned, with digests), Markdown, self-contained HTML, JUnit XML
+// and a short terminal summary. All read the one AuditReport (include/repro/result.hpp).
+// The JSON schema is documented in docs/REPORT-SCHEMA.md.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+// ---- JSON (src/report/json.cpp, json_read.cpp)
+// Canonical JSON: sorted keys, numbers as nlohmann/json prints them (shortest round-trip), 2-space
+// indent, trailing newline. "digests.report_sha256" is the SHA-256 of the compact dump (no
+// whitespace) of the same document without that one field.
+std::string to_json(const AuditReport& report);
+nlohmann::json to_json_value(const AuditReport& report);  // without digests.report_sha256
+// Parses a report written by to_json. Throws UsageError naming `path_for_errors` on bad JSON, a wrong
+// schema or a field of the wrong type.
+AuditReport from_json(const std::string& text, const std::string& path_for_errors);
+// read_file + from_json.
+AuditReport load_report(const std::string& path);
+// True when the stored digests.report_sha256 matches the content. `stored`/`actual` receive both.
+bool verify_report_digest(const std::string& text, std::string* stored = nullptr, std::string* actual = nullptr);
+
+// ---- other formats
+std::string to_markdown(const AuditReport& report);  // src/report/markdown.cpp
+std::string to_html(const AuditReport& report);      // src/report/html.cpp: one file, no network
+std::string to_junit(const AuditReport& report);     // src/report/junit.cpp: one testcase per case
+std::string to_terminal(const AuditReport& report);  // src/report/terminal.cpp: short summary table
+
+// Formats accepted by write_reports / --format: json, md (or markdown), html, junit. A format may
+// name its own path as FORMAT=PATH (PATH "-" is stdout); otherwise it is written to
+// OUT_DIR/report.json, report.md, report.html, report.junit.xml. OUT_DIR "-" writes all to stdout.
+// Creates OUT_DIR; writes each file atomically (temp + rename). Unknown format: UsageError listing
+// the allowed ones. Returns the paths written.
+std::vector<std::string> write_reports(const AuditReport& report, const std::string& out_dir,
+                                       const std::vector<std::string>& formats);
+// "json,md" -> {"json", "md"}; validates each entry (UsageError naming --format).
+std::vector<std::string> parse_formats(const std::string& csv);
+
+// ---- drift between two runs (src/report/terminal.cpp); used by `diff` and `run --baseline`
+struct CaseDrift {
+  std::string prompt_id, decoding_id, mode;
+  std::string change;              // "added" (only in B), "removed" (only in A), "changed"
+  std::vector<std::string> what;   // e.g. "majority output 1a2b3c4d -> 5e6f7a8b", "unique 1 -> 3"
+};
+struct Drift {
+  std::string verdict_a, verdict_b;
+  std::vector<CaseDrift> cases;    // in A's case order, then added cases in B's order
+  int unchanged = 0;
+  bool drifted() const { return !cases.empty() || verdict_a != verdict_b; }
+};
+// Cases are matched by (prompt_id, decoding, mode). A case drifts when its majority output hash,
+// unique count or case verdict (divergent or not) changed.
+Drift compute_drift(const AuditReport& a, const AuditReport& b);
+std::string drift_text(const Drift& d, const std::string& name_a = "A", const std::string& name_b = "B");
+nlohmann::json drift_json(const Drift& d);
+
+// ---- helpers shared by the writers (src/report/terminal.cpp)
+std::string fmt_percent(double share);        // 0.5 -> "50.0%"
+std::string fmt_ratio(double ratio);          // 0.625 -> "0.62x"
+std::string short_hash(const std::string& h); // first 12 hex digits
+std::string case_summary(const CaseResult& c);  // "3 unique of 10: c1 x7 (majority); c2 x2 ..."
+
+}  // namespace repro

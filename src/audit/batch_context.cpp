@@ -1,0 +1,97 @@
+#include "repro/audit/batch_context.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "repro/common/error.hpp"
+
+namespace repro {
+
+const std::vector<std::string>& filler_pool() {
+  static const std::vector<std::string> pool = {
+      "Once upon a time there was a little dog",
+      "The sun was shining and the birds",
+      "Tom and Anna went to the park",
+      "There was a big red ball in the garden",
+      "One day, a girl named Sue found a box",
+      "The cat liked to sleep on the mat",
+      "In a small town, there lived an old man",
+      "Ben had a toy car that he loved",
+      "It was a cold and rainy day",
+      "Mia wanted to bake a cake for her mom",
+      "The little fish swam in the blue sea",
+      "A bird sat on the tree and sang",
+      "Lily and her friend played with blocks",
+      "The farmer had a cow, a pig and a hen",
+      "Max was scared of the dark",
+      "Summarize the following text in one sentence:",
+      "Translate to French: the weather is nice today.",
+      "Write a haiku about autumn leaves.",
+      "What is 17 times 23? Answer:",
+      "List three colors of the rainbow:",
+      "def fibonacci(n):",
+      "The capital of France is",
+      "Q: Why is the sky blue?\nA:",
+      "Dear team, thank you for",
+  };
+  return pool;
+}
+
+namespace {
+uint64_t next_u64(uint64_t& s) {  // splitmix64 stream
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+FillerDraw draw_fillers(int count, uint64_t seed, int probe_max_tokens) {
+  FillerDraw d;
+  uint64_t s = seed ^ 0x5EEDF111E5ull;
+  const auto& pool = filler_pool();
+  for (int i = 0; i < count; ++i) {
+    size_t k = next_u64(s) % pool.size();
+    d.ids.push_back("pool:" + std::to_string(k));
+    d.prompts.push_back(pool[k]);
+    d.max_tokens.push_back(1 + static_cast<int>(next_u64(s) % static_cast<uint64_t>(2 * std::max(1, probe_max_tokens))));
+  }
+  return d;
+}
+
+BatchRun run_in_batch(Engine& engine, const GenRequest& probe, const BatchContext& ctx) {
+  if (ctx.batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  if (ctx.position < 0 || ctx.position >= ctx.batch_size)
+    throw UsageError("--position " + std::to_string(ctx.position) + " is outside the batch of " +
+                     std::to_string(ctx.batch_size) + "; use 0.." + std::to_string(ctx.batch_size - 1));
+  if (engine.busy()) throw std::logic_error("run_in_batch: engine already has sequences");
+  BatchRun run;
+  run.fillers = draw_fillers(ctx.batch_size - 1, ctx.filler_seed, probe.params.max_tokens);
+  const Model& m = engine.model();
+  const int ctx_len = m.config.context_length;
+  auto start = std::chrono::steady_clock::now();
+  int64_t before = engine.generated_tokens();
+  int probe_handle = -1;
+  std::vector<int> filler_handles;
+  for (int i = 0, f = 0; i < ctx.batch_size; ++i) {
+    if (i == ctx.position) {
+      probe_handle = engine.submit(probe);
+      continue;
+    }
+    GenRequest r;
+    r.prompt = m.tokenizer->encode(run.fillers.prompts[f], true);
+    r.params.max_tokens = std::max(1, std::min(run.fillers.max_tokens[f], ctx_len - static_cast<int>(r.prompt.size())));
+    r.params.stop_at_eos = false;  // fillers keep the batch at its size for their drawn length
+    r.params.seed = ctx.filler_seed + static_cast<uint64_t>(f);
+    filler_handles.push_back(engine.submit(std::move(r)));
+    ++f;
+  }
+  while (engine.busy()) engine.step();
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.generated_tokens = engine.generated_tokens() - before;
+  run.probe = engine.take_result(probe_handle);
+  for (int h : filler_handles) engine.take_result(h);
+  return run;
+}
+
+}  // namespace repro

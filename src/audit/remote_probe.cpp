@@ -1,0 +1,121 @@
+// The remote audit pieces the runner calls: the closed-loop probe at one concurrency level and the
+// cold/warm prefix-cache probe. Both run one RemoteClient loop on the calling thread.
+#include "repro/common/chat.hpp"
+#include "repro/common/error.hpp"
+#include "repro/remote/remote.hpp"
+
+namespace repro {
+
+namespace {
+
+RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
+  RequestParams p;
+  p.decoding = probe.decoding;
+  p.seed = probe.seed;
+  p.stop = probe.stop;
+  p.logprobs = probe.logprobs;
+  const bool have_messages = probe.messages.is_array() && !probe.messages.empty();
+  if (spec.api == "chat") {
+    p.messages = have_messages ? probe.messages : nlohmann::json();
+    p.prompt = probe.prompt;
+  } else {
+    p.prompt = have_messages && probe.prompt.empty() ? render_chat(probe.messages, "probe '" + probe.prompt_id + "' messages")
+                                                     : probe.prompt;
+  }
+  return p;
+}
+
+void check_args(const EndpointSpec& spec, int concurrency, int repeats) {
+  validate_endpoint(spec);
+  if (concurrency < 1 || concurrency > 65536)
+    throw UsageError("--concurrency " + std::to_string(concurrency) + " is out of range; use 1..65536");
+  if (repeats < 0) throw UsageError("--repeats must be >= 0");
+}
+
+void stamp(Completion& c, const EndpointSpec& spec, const RemoteProbe& probe, int batch, int repeat) {
+  c.prompt_id = probe.prompt_id;
+  c.decoding_id = probe.decoding.id;
+  c.mode = spec.label;
+  c.batch_size = batch;
+  c.seed = probe.seed;
+  c.repeat = repeat;
+}
+
+}  // namespace
+
+std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe, int concurrency,
+                                         int repeats, const std::atomic<bool>* stop,
+                                         std::function<void(int done, int total)> progress, RemoteStats* stats) {
+  check_args(spec, concurrency, repeats);
+  std::vector<Completion> out;
+  if (repeats == 0) return out;
+  RemoteClient client(spec, concurrency + 4);
+  const RequestParams pp = probe_params(spec, probe);
+
+  int next_repeat = 0, probes_done = 0;
+  std::function<void()> submit_probe = [&] {
+    const int r = next_repeat++;
+    client.submit(pp, [&, r](RemoteResult&& res) {
+      if (res.aborted) return;
+      if (res.cause != FailCause::none) ++client.stats().probe_failed;
+      stamp(res.c, spec, probe, concurrency, r);
+      out.push_back(std::move(res.c));
+      ++probes_done;
+      if (progress) progress(probes_done, repeats);
+      if (probes_done >= repeats)
+        client.cancel();  // fillers still in flight are aborted: they only load the server
+      else
+        submit_probe();
+    });
+  };
+
+  uint64_t filler_seq = 0;
+  std::function<void()> submit_filler = [&] {
+    const uint64_t i = filler_seq++;
+    RemoteProbe f;
+    f.prompt_id = "filler";
+    f.prompt = probe.fillers.empty() ? probe.prompt : probe.fillers[i % probe.fillers.size()];
+    if (probe.fillers.empty()) f.messages = probe.messages;
+    f.decoding = probe.decoding;
+    f.stop = probe.stop;
+    RequestParams fp = probe_params(spec, f);
+    fp.seed = probe.seed + 1 + i;
+    fp.logprobs = false;
+    client.submit(fp, [&](RemoteResult&& res) {
+      if (res.aborted) return;
+      if (res.cause != FailCause::none) ++client.stats().filler_failed;
+      submit_filler();  // closed loop: replace it at once
+    });
+  };
+
+  for (int i = 0; i < concurrency - 1; ++i) submit_filler();
+  submit_probe();
+  client.run(stop);
+  if (stats) stats->merge(client.stats());
+  return out;
+}
+
+std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe, int warm_repeats,
+                                        const std::atomic<bool>* stop, RemoteStats* stats) {
+  check_args(spec, 1, warm_repeats);
+  std::vector<Completion> out;
+  RemoteClient client(spec, 2);
+  const RequestParams pp = probe_params(spec, probe);
+  int done = 0;
+  std::function<void()> submit = [&] {
+    client.submit(pp, [&](RemoteResult&& res) {
+      if (res.aborted) return;
+      if (res.cause != FailCause::none) ++client.stats().probe_failed;
+      stamp(res.c, spec, probe, 1, done);
+      res.c.cache_state = done == 0 ? "cold" : "warm";
+      out.push_back(std::move(res.c));
+      if (++done <= warm_repeats) submit();
+    });
+  };
+  submit();
+  client.run(stop);
+  if (stats) stats->merge(client.stats());
+  return out;
+}
+
+}  // namespace repro

@@ -1,0 +1,233 @@
+// Seeded synthetic Llama models (GGUF v3) with a small valid SentencePiece-BPE tokenizer.
+// Bit-identical output for the same options on every machine: integer PRNG, and floats made only
+// by exact operations (a 24-bit integer scaled by a power of two; f16 by integer rounding).
+#include "repro/model/synth.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "repro/common/error.hpp"
+#include "repro/model/gguf.hpp"
+#include "repro/common/util.hpp"
+
+namespace repro {
+
+namespace {
+
+// =====================================================================================
+// Tokenizer
+// =====================================================================================
+
+const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
+
+std::vector<std::string> single_pieces() {
+  std::vector<std::string> s = {kSpace};
+  for (char c = 'a'; c <= 'z'; ++c) s.emplace_back(1, c);
+  for (char c = 'A'; c <= 'Z'; ++c) s.emplace_back(1, c);
+  for (char c = '0'; c <= '9'; ++c) s.emplace_back(1, c);
+  for (char c : std::string(".,!?'\"-:;()")) s.emplace_back(1, c);
+  return s;
+}
+
+// Common words of simple English stories, most frequent first, so that text tokenizes into
+// sensible pieces even with a small vocabulary.
+const char* const kWords[] = {
+    "the", "and", "a", "to", "was", "he", "she", "it", "of", "in", "they", "her", "his", "said", "with",
+    "you", "on", "that", "is", "for", "day", "big", "little", "time", "there", "one", "up", "so", "had",
+    "were", "not", "but", "play", "what", "happy", "saw", "very", "Once", "upon", "named", "girl", "boy",
+    "friend", "mom", "dog", "cat", "tree", "sun", "loved", "wanted", "help", "home", "want", "all", "be",
+    "can", "we", "go", "at", "an", "do", "me", "my", "went", "like", "good", "fun", "ball", "toy", "park",
+    "The", "She", "He", "They", "Lily", "Tom", "Ben", "Sue", "bird", "red", "blue", "look", "made", "new",
+    "out", "this", "when", "then", "them", "would", "could", "about", "too", "how", "did", "are", "have",
+};
+
+}  // namespace
+
+int synth_min_vocab() { return 3 + 256 + static_cast<int>(single_pieces().size()); }
+
+TokenizerData synth_tokenizer(int vocab_size) {
+  constexpr int kMaxVocab = 1 << 18;
+  if (vocab_size < synth_min_vocab() || vocab_size > kMaxVocab)
+    throw UsageError("--vocab " + std::to_string(vocab_size) + " is out of range: a synthetic tokenizer needs " +
+                     std::to_string(synth_min_vocab()) + ".." + std::to_string(kMaxVocab) +
+                     " tokens (3 special + 256 bytes + single characters, then merges)");
+  TokenizerData d;
+  d.model = "llama";
+  d.pre = "default";
+  d.unk_id = 0;
+  d.bos_id = 1;
+  d.eos_id = 2;
+  d.add_bos = true;
+  d.add_space_prefix = true;
+  std::set<std::string> seen;
+  int normal_rank = 0;
+  auto add = [&](const std::string& piece, TokenType type) {
+    if (static_cast<int>(d.tokens.size()) >= vocab_size || !seen.insert(piece).second) return;
+    d.tokens.push_back(piece);
+    d.types.push_back(static_cast<int>(type));
+    // Normal pieces score 0, -1, -2, ...: earlier (more common) merges win.
+    d.scores.push_back(type == TokenType::Normal ? -static_cast<float>(normal_rank++) : 0.0f);
+  };
+  add("<unk>", TokenType::Unknown);
+  add("<s>", TokenType::Control);
+  add("</s>", TokenType::Control);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, TokenType::Byte);
+  }
+  const size_t first_normal = d.tokens.size();
+  for (const auto& s : single_pieces()) add(s, TokenType::Normal);
+  // Words: every prefix of "▁word" joins the previous prefix (an existing piece) and one character
+  // (an existing piece), so BPE can reach the whole word by merges.
+  for (const char* w : kWords) {
+    std::string piece = kSpace;
+    for (const char* c = w; *c; ++c) {
+      piece += *c;
+      add(piece, TokenType::Normal);
+    }
+  }
+  // Fill the rest: each normal piece, in order, joined with each letter in English frequency order.
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+  for (size_t i = first_normal; static_cast<int>(d.tokens.size()) < vocab_size; ++i)
+    for (char c : letters) add(d.tokens[i] + c, TokenType::Normal);
+  return d;
+}
+
+namespace {
+
+// =====================================================================================
+// Weights
+// =====================================================================================
+
+// splitmix64: a tiny integer PRNG with well-mixed output; identical everywhere.
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Uniform in [-2^-k, 2^-k) where 4^k >= fan_in, i.e. scale about 1/sqrt(fan_in). Each tensor has
+// its own stream (seed, name), so changing one shape leaves the other tensors' values alone.
+std::vector<float> random_tensor(uint64_t seed, const std::string& name, size_t n, int64_t fan_in) {
+  int k = 0;
+  while ((int64_t{1} << (2 * k)) < fan_in) ++k;
+  SplitMix64 rng{seed ^ fnv1a(name)};
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t m = static_cast<int32_t>(rng.next() >> 40) - (1 << 23);  // 24-bit signed integer
+    v[i] = std::ldexp(static_cast<float>(m), -23 - k);               // exact: power-of-two scaling
+  }
+  return v;
+}
+
+void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name, uint64_t in, uint64_t out) {
+  std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(in * out), static_cast<int64_t>(in));
+  if (o.type == "f16") {
+    std::string data;
+    data.reserve(v.size() * 2);
+    for (float x : v) {
+      uint16_t h = gguf::f32_to_f16(x);
+      data.push_back(static_cast<char>(h & 0xff));
+      data.push_back(static_cast<char>(h >> 8));
+    }
+    w.add_tensor(name, {in, out}, gguf::TensorType::F16, std::move(data));
+  } else {
+    w.add_f32(name, {in, out}, v);
+  }
+}
+
+void check(bool ok, const std::string& msg) {
+  if (!ok) throw UsageError(msg);
+}
+
+}  // namespace
+
+std::string synth_model(const SynthOptions& o) {
+  // ---- options ----
+  check(o.dim >= 2 && o.dim <= 16384, "--dim " + std::to_string(o.dim) + " is out of range (2..16384)");
+  check(o.hidden_dim >= 1 && o.hidden_dim <= 65536, "--hidden " + std::to_string(o.hidden_dim) + " is out of range (1..65536)");
+  check(o.n_layers >= 1 && o.n_layers <= 256, "--layers " + std::to_string(o.n_layers) + " is out of range (1..256)");
+  check(o.n_heads >= 1 && o.dim % o.n_heads == 0 && (o.dim / o.n_heads) % 2 == 0,
+        "--heads " + std::to_string(o.n_heads) + " must divide --dim " + std::to_string(o.dim) +
+            " into heads of an even size (RoPE rotates pairs)");
+  check(o.n_kv_heads >= 1 && o.n_heads % o.n_kv_heads == 0,
+        "--kv-heads " + std::to_string(o.n_kv_heads) + " must divide --heads " + std::to_string(o.n_heads));
+  check(o.context_length >= 1 && o.context_length <= (1 << 20),
+        "--context " + std::to_string(o.context_length) + " is out of range (1..1048576)");
+  check(o.type == "f32" || o.type == "f16", "--type '" + o.type + "' is not supported; supported: f32, f16");
+  const uint64_t dim = o.dim, hid = o.hidden_dim, L = o.n_layers, voc = o.vocab_size;
+  const uint64_t kv = dim / o.n_heads * o.n_kv_heads;
+  TokenizerData tok = synth_tokenizer(o.vocab_size);
+  uint64_t n_params = voc * dim * (o.tied ? 1 : 2) + dim + L * (2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * hid * dim);
+  check(n_params <= (uint64_t{1} << 31),
+        "the model would have " + std::to_string(n_params) + " parameters; synth supports at most 2^31 "
+        "(reduce --dim, --hidden, --layers or --vocab)");
+
+  // ---- metadata ----
+  gguf::Writer w;
+  using gguf::Value;
+  using gguf::ValueType;
+  auto u32 = [](uint64_t v) { return Value::u(ValueType::UINT32, v); };
+  w.add("general.architecture", Value::string("llama"));
+  w.add("general.name", Value::string("repro-audit synth"));
+  w.add("general.file_type", u32(o.type == "f16" ? 1 : 0));
+  w.add("repro.synth.seed", Value::u(ValueType::UINT64, o.seed));
+  w.add("llama.context_length", u32(o.context_length));
+  w.add("llama.embedding_length", u32(dim));
+  w.add("llama.feed_forward_length", u32(hid));
+  w.add("llama.block_count", u32(L));
+  w.add("llama.attention.head_count", u32(o.n_heads));
+  w.add("llama.attention.head_count_kv", u32(o.n_kv_heads));
+  w.add("llama.rope.dimension_count", u32(dim / o.n_heads));
+  w.add("llama.rope.freq_base", Value::real(ValueType::FLOAT32, 10000.0));
+  w.add("llama.attention.layer_norm_rms_epsilon", Value::real(ValueType::FLOAT32, 1e-5));
+  w.add("tokenizer.ggml.model", Value::string(tok.model));
+  w.add("tokenizer.ggml.pre", Value::string(tok.pre));
+  w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
+  w.add("tokenizer.ggml.scores", Value::f32_array(tok.scores));
+  w.add("tokenizer.ggml.token_type", Value::i32_array(std::vector<int32_t>(tok.types.begin(), tok.types.end())));
+  w.add("tokenizer.ggml.unknown_token_id", u32(tok.unk_id));
+  w.add("tokenizer.ggml.bos_token_id", u32(tok.bos_id));
+  w.add("tokenizer.ggml.eos_token_id", u32(tok.eos_id));
+  w.add("tokenizer.ggml.add_bos_token", Value::boolean(tok.add_bos));
+  w.add("tokenizer.ggml.add_space_prefix", Value::boolean(tok.add_space_prefix));
+
+  // ---- tensors (GGUF ne = [in, out]); norm weights are 1.0 ----
+  const std::vector<float> ones(static_cast<size_t>(dim), 1.0f);
+  add_matrix(w, o, "token_embd.weight", dim, voc);  // [vocab][dim]
+  w.add_f32("output_norm.weight", {dim}, ones);
+  if (!o.tied) add_matrix(w, o, "output.weight", dim, voc);
+  for (uint64_t l = 0; l < L; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.add_f32(p + "attn_norm.weight", {dim}, ones);
+    add_matrix(w, o, p + "attn_q.weight", dim, dim);
+    add_matrix(w, o, p + "attn_k.weight", dim, kv);
+    add_matrix(w, o, p + "attn_v.weight", dim, kv);
+    add_matrix(w, o, p + "attn_output.weight", dim, dim);
+    w.add_f32(p + "ffn_norm.weight", {dim}, ones);
+    add_matrix(w, o, p + "ffn_gate.weight", dim, hid);
+    add_matrix(w, o, p + "ffn_down.weight", hid, dim);
+    add_matrix(w, o, p + "ffn_up.weight", dim, hid);
+  }
+  return w.serialize();
+}
+
+void write_synth_model(const SynthOptions& opts, const std::string& path) {
+  write_file_atomic(path, synth_model(opts));
+}
+
+}  // namespace repro
