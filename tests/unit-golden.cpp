@@ -4,9 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "repro/audit/batch_context.hpp"
+#include "repro/common/util.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/model/default_model.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -52,4 +57,45 @@ TEST_CASE("stories260K: reload and rerun gives identical bits; batch-invariant m
     CHECK(r.tokens == a.tokens);
     CHECK(r.logits_sha256 == a.logits_sha256);
   }
+}
+
+// ---- the embedded default model (no ../shared needed: it is inside the binary) ----
+
+TEST_CASE("embedded default model: pinned stories260K bytes, byte-identical to ../shared/models when present") {
+  const std::string_view bytes = default_model_bytes();
+  CHECK(bytes.size() == 1185376);
+  CHECK(sha256_hex(bytes) == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
+  auto dir = test::shared_models();
+  if (dir.empty()) {
+    MESSAGE("SKIPPED (comparison only): ../shared/models/stories260K.gguf not found beside the checkout");
+    return;
+  }
+  CHECK(read_file((dir / "stories260K.gguf").string()) == bytes);
+}
+
+TEST_CASE("embedded default model: generate/run without --model write it to the cache once and produce English") {
+  auto cache = test::scratch_dir("embedded-model-cache");
+  const std::string env = "REPRO_AUDIT_CACHE='" + cache.string() + "' ";
+  auto r = test::run_shell(env + "'" + test::binary() + "' generate --prompt 'Once upon a time' --max-tokens 30");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+                      "One day,") != std::string::npos);
+  const auto cached = cache / "stories260K-270cba1bd510.gguf";
+  REQUIRE(std::filesystem::exists(cached));
+  CHECK(sha256_file(cached.string()) == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
+
+  // A damaged cache file (truncated, or same size with other bytes) is replaced, never used.
+  std::filesystem::resize_file(cached, 1000);
+  r = test::run_shell(env + "'" + test::binary() + "' generate --prompt 'Once upon a time' --max-tokens 5");
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::file_size(cached) == 1185376);
+  {
+    std::string b = read_file(cached.string());
+    b[b.size() - 1] ^= 1;
+    write_file_atomic(cached.string(), b);
+  }
+  r = test::run_shell(env + "'" + test::binary() + "' generate --prompt 'Once upon a time' --max-tokens 30");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("named Lily") != std::string::npos);
+  CHECK(sha256_file(cached.string()) == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
 }

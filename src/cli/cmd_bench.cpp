@@ -18,6 +18,7 @@
 #include "repro/common/error.hpp"
 #include "repro/kernels/kernels.hpp"
 #include "repro/model/model.hpp"
+#include "repro/model/default_model.hpp"
 #include "repro/model/synth.hpp"
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
@@ -53,15 +54,6 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   return out;
 }
 
-// ../shared/models/stories260K.gguf beside the checkout or the working directory, if present.
-std::string find_stories() {
-  for (std::filesystem::path p : {std::filesystem::path(REPRO_SOURCE_DIR) / ".." / "shared" / "models",
-                                  std::filesystem::path("..") / "shared" / "models"}) {
-    std::error_code ec;
-    if (std::filesystem::exists(p / "stories260K.gguf", ec)) return (p / "stories260K.gguf").lexically_normal().string();
-  }
-  return "";
-}
 
 // The ~100M-parameter synthetic Llama (dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000),
 // written once into the cache directory (bit-identical everywhere for the same options).
@@ -144,9 +136,7 @@ int run_bench(const BenchOptions& o) {
 
   std::vector<std::string> models = o.models;
   if (models.empty()) {
-    std::string stories = find_stories();
-    if (!stories.empty()) models.push_back(stories);
-    else fmt::print(stderr, "bench: ../shared/models/stories260K.gguf not found; benchmarking the synthetic model only\n");
+    models.push_back(default_model_path());  // the embedded stories260K
     models.push_back(kSynth100m);
   }
 

@@ -76,7 +76,7 @@ int run_generate(const GenerateOptions& o) {
 void setup_generate(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<GenerateOptions>();
   auto* sub = parent.add_subcommand("generate", "Generate one completion with the local engine");
-  sub->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded synthetic model)");
+  sub->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)");
   sub->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();

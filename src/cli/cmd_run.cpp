@@ -282,7 +282,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<RunOptions>();
   auto* s = parent.add_subcommand("run", "Replay prompts across batch contexts, modes and seeds; report divergence (default)");
   o->app = s;
-  s->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded synthetic model)");
+  s->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)");
   s->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
   s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance) or JSON path")
       ->capture_default_str();

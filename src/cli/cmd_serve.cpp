@@ -11,6 +11,7 @@
 #include "repro/engine/engine.hpp"
 #include "repro/common/error.hpp"
 #include "repro/model/model.hpp"
+#include "repro/model/default_model.hpp"
 #include "repro/serve/server.hpp"
 #include "repro/cli/commands.hpp"
 
@@ -63,7 +64,12 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "warning: --host %s accepts connections from other machines and no --api-key-env is set\n",
                  o.host.c_str());
 
-  std::unique_ptr<Model> model = load_model(o.model, o.tokenizer);
+  std::string model_path = o.model;
+  if (model_path.empty()) {  // the embedded default model, served under its own name
+    model_path = default_model_path();
+    if (sopts.model_name.empty()) sopts.model_name = "stories260K";
+  }
+  std::unique_ptr<Model> model = load_model(model_path, o.tokenizer);
 
   // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit this mask) and taken
   // here with sigwait, so shutdown runs in plain code, not in a signal handler.
@@ -106,7 +112,8 @@ void setup_serve(CLI::App& parent, Runner& runner) {
       "Serve the local engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
       "streaming and not, /v1/models, /health) with continuous batching. Responses carry a\n"
       "system_fingerprint (engine version, mode, model SHA-256) and the generated token ids.");
-  sub->add_option("--model", o->model, "Model file (GGUF, or llama2.c .bin)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--tokenizer", o->tokenizer, "Tokenizer file for a llama2.c model (default: beside it)");
   sub->add_option("--mode", o->mode, "Engine mode: batch-invariant or default")->capture_default_str();
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
