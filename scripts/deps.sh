@@ -4,8 +4,12 @@ set -euo pipefail
 PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev
       libcurl4-openssl-dev libssl-dev libopenblas-dev libcpp-httplib-dev libpcre2-dev
       libsqlite3-dev)
-# Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check.
-if [ "${1:-}" = "--test" ]; then PKGS+=(clang libclang-rt-14-dev chromium); fi
+# Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check,
+# the openssl and sqlite3 command lines and securesystemslib (independent checks of signed reports
+# and of the archive).
+if [ "${1:-}" = "--test" ]; then
+  PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

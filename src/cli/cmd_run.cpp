@@ -14,6 +14,7 @@
 #include "repro/audit/runner.hpp"
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
+#include "repro/compliance/sign.hpp"
 
 namespace repro::cli {
 
@@ -31,7 +32,7 @@ struct RunOptions {
   int repeats = 0, max_tokens = 0, filler_sets = 0, threads = 0, max_divergent = 0;
   double min_tarr = 0, max_error_rate = 0;
   std::string modes, batch_sizes, positions, temperatures, top_p, top_k, seeds, gate_modes;
-  std::string answer_regex, answer_json_path, resume, baseline;
+  std::string answer_regex, answer_json_path, resume, baseline, sign_key;
   bool quiet = false;
   // remote
   std::vector<std::string> endpoints;
@@ -181,6 +182,14 @@ int run_run(const RunOptions& o) {
   } else {
     plan = build_plan(o);
   }
+  if (!o.sign_key.empty()) {  // fail before the audit, not after it
+    bool json_file = false;
+    for (const auto& f : plan.formats)
+      json_file = json_file || (f == "json" && out_dir != "-") || (f.rfind("json=", 0) == 0 && f != "json=-");
+    if (!json_file)
+      throw UsageError("--sign-key: the signature covers report.json; write it to a file (--format with json, --out DIR)");
+    read_file(o.sign_key, "private key (--sign-key)");
+  }
   const bool remote = !o.endpoints.empty();
   std::vector<EndpointSpec> endpoints;
   std::unique_ptr<Model> model;
@@ -256,6 +265,14 @@ int run_run(const RunOptions& o) {
   analyze(report);
   auto written = write_reports(report, out_dir, plan.formats);
   if (!checkpoint.empty()) fs::remove(checkpoint);
+  if (!o.sign_key.empty()) {
+    std::string json_path;
+    for (const auto& w : written)
+      if (w != "-" && w.size() > 5 && w.compare(w.size() - 5, 5, ".json") == 0) json_path = w;
+    auto files = compliance::locate_report(json_path);
+    compliance::sign_report(files, o.sign_key);
+    written.push_back(files.path(files.envelope));
+  }
   std::FILE* term = out_dir == "-" ? stderr : stdout;
   if (!o.quiet) {
     std::fputs(to_terminal(report).c_str(), term);
@@ -308,6 +325,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--format", o->format, "Report formats: json,md,html,junit (FORMAT=PATH writes one elsewhere)");
   s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
   s->add_option("--baseline", o->baseline, "Golden report.json: exit 1 when this run drifts from it");
+  s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   // remote endpoints
   s->add_option("--endpoint", o->endpoints, "OpenAI-compatible endpoint, [LABEL=]URL (repeatable)");

@@ -116,9 +116,13 @@ void copy_digest(const json& env, json& digests, const char* out, const char* ke
     if (auto s = it->find("sha256"); s != it->end() && s->is_string()) digests[out] = *s;
 }
 
-std::string dump_compact(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_compact(const json& j) { return canonical_json_compact(j); }
 
 }  // namespace
+
+// nlohmann::json objects are std::maps, so keys come out sorted at every depth.
+std::string canonical_json(const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"; }
+std::string canonical_json_compact(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json to_json_value(const AuditReport& r) {
   json j;
@@ -195,7 +199,7 @@ json to_json_value(const AuditReport& r) {
 std::string to_json(const AuditReport& r) {
   json j = to_json_value(r);
   j["digests"]["report_sha256"] = sha256_hex(dump_compact(j));
-  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return canonical_json(j);
 }
 
 // ============================================================================ write_reports
@@ -238,6 +242,11 @@ std::vector<std::string> parse_formats(const std::string& csv) {
 
 std::vector<std::string> write_reports(const AuditReport& r, const std::string& out_dir,
                                        const std::vector<std::string>& formats) {
+  // Every format is rendered from the JSON document (written, then read back), so Markdown, HTML
+  // and JUnit say exactly what report.json says (text that is not valid UTF-8 shows as U+FFFD in
+  // all of them), and `verify` can check them by rendering them again from report.json.
+  const std::string json_text = to_json(r);
+  const AuditReport doc = from_json(json_text, "report.json (in memory)");
   std::vector<std::string> written;
   bool dir_made = false;
   for (const auto& spec : formats) {
@@ -264,7 +273,7 @@ std::vector<std::string> write_reports(const AuditReport& r, const std::string& 
       }
       path = (std::filesystem::path(out_dir) / f->file).string();
     }
-    write_file_atomic(path, f->render(r));
+    write_file_atomic(path, f->render == to_json ? json_text : f->render(doc));
     written.push_back(path);
   }
   return written;

@@ -289,7 +289,7 @@ bool verify_report_digest(const std::string& text, std::string* stored, std::str
     if (auto s = d->find("report_sha256"); s != d->end() && s->is_string()) want = s->get<std::string>();
     d->erase("report_sha256");
   }
-  std::string got = sha256_hex(j.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string got = sha256_hex(canonical_json_compact(j));
   if (stored) *stored = want;
   if (actual) *actual = got;
   return !want.empty() && want == got;

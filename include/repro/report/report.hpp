@@ -11,9 +11,12 @@
 namespace repro {
 
 // ---- JSON (src/report/json.cpp, json_read.cpp)
-// Canonical JSON: sorted keys, numbers as nlohmann/json prints them (shortest round-trip), 2-space
-// indent, trailing newline. "digests.report_sha256" is the SHA-256 of the compact dump (no
-// whitespace) of the same document without that one field.
+// Canonical JSON: sorted keys, numbers as nlohmann/json prints them (shortest round-trip), strings
+// as UTF-8 (invalid bytes become U+FFFD), 2-space indent, trailing newline. "digests.report_sha256"
+// is the SHA-256 of the compact dump (no whitespace) of the same document without that one field.
+// These two functions are the one implementation of that form (report writer, digest, signing).
+std::string canonical_json(const nlohmann::json& j);          // the file form (indented, final newline)
+std::string canonical_json_compact(const nlohmann::json& j);  // the digest form (no whitespace)
 std::string to_json(const AuditReport& report);
 nlohmann::json to_json_value(const AuditReport& report);  // without digests.report_sha256
 // Parses a report written by to_json. Throws UsageError naming `path_for_errors` on bad JSON, a wrong
