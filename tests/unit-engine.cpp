@@ -165,3 +165,47 @@ TEST_CASE("beam search: width 1 is greedy; wider beams score at least as well") 
   if (b1.tokens.size() == b4.tokens.size()) CHECK(s4 >= s1 - 1e-6);
   CHECK(same_bits(b4, beam_search(m, eo, req.prompt, 4, 8)));
 }
+
+TEST_CASE("beam search on an engine shares its op table and KV slots; the slots go back to the pool") {
+  const Model& m = synth();
+  Engine engine(m, {Mode::BatchInvariant, 1});
+  GenRequest req = probe_request(m, 8);
+  GenResult a = engine.beam_search(req.prompt, 4, 8);
+  // The same search again, then with a decode running beside it: same bits.
+  CHECK(same_bits(a, engine.beam_search(req.prompt, 4, 8)));
+  CHECK(same_bits(a, beam_search(m, {Mode::BatchInvariant, 1}, req.prompt, 4, 8)));
+  GenResult g = engine.generate({req})[0];
+  CHECK(g.tokens.size() == 8);
+}
+
+TEST_CASE("precision bf16 and f16: batch-invariant mode stays bitwise invariant; the rounding is applied") {
+  const Model& m = synth();
+  GenRequest req = probe_request(m, 12);
+  Engine f32(m, {Mode::BatchInvariant, 1});
+  const GenResult ref32 = run_in_batch(f32, req, {1, 0, 0}).probe;
+  for (Precision p : {Precision::BF16, Precision::F16}) {
+    CAPTURE(precision_name(p));
+    for (int threads : {1, 2}) {
+      CAPTURE(threads);
+      Engine engine(m, {Mode::BatchInvariant, threads, Device::Cpu, p});
+      GenResult alone = run_in_batch(engine, req, {1, 0, 0}).probe;
+      REQUIRE(alone.tokens.size() == 12);
+      CHECK(alone.logits_sha256 != ref32.logits_sha256);  // activations really were rounded
+      for (int b : {2, 7, 16, 33})
+        for (int pos : {0, b - 1}) {
+          CAPTURE(b);
+          CAPTURE(pos);
+          CHECK(same_bits(run_in_batch(engine, req, {b, pos, 1}).probe, alone));
+        }
+    }
+  }
+}
+
+TEST_CASE("device cuda: a clear backend error when this build or machine cannot run it") {
+  const Model& m = synth();
+  bool has_cuda = false;
+  for (const auto& t : kernels::available_op_tables()) has_cuda = has_cuda || t.device == Device::Cuda;
+  if (has_cuda) return;
+  CHECK_THROWS_WITH_AS(Engine(m, {Mode::BatchInvariant, 1, Device::Cuda}), doctest::Contains("--device cuda: "),
+                       BackendError);
+}

@@ -12,7 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "repro/common/error.hpp"
+#include "repro/common/mapped_file.hpp"
+#include "repro/model/dtype.hpp"
 #include "repro/model/gguf.hpp"
+#include "repro/model/gguf_write.hpp"
 #include "repro/model/model.hpp"
 #include "repro/common/util.hpp"
 #include "test_util.hpp"
@@ -52,8 +55,9 @@ void check_stories_config(const ModelConfig& c) {
   CHECK(c.rms_eps == 1e-5f);
 }
 
-bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+bool same(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols &&
+         std::memcmp(a.f32(), b.f32(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -100,7 +104,7 @@ TEST_CASE("model: stories260K.gguf and stories260K.bin + tok512.bin load with th
     CHECK(x.w_down.size() == 64u * 172u);
   }
   // A weight that is not all zeros, so memcmp above compared something.
-  CHECK(g->layers[0].wq[0] != 0.0f);
+  CHECK(g->layers[0].wq.f32()[0] != 0.0f);
 
   // Both tokenizers encode the README's prompt the same way.
   const std::vector<int> want = {1, 403, 407, 261, 378};
@@ -125,7 +129,7 @@ TEST_CASE("model: the llama2.c tokenizer is found beside the checkpoint, else th
 
 TEST_CASE("model: the stories260K GGUF re-written as F16 loads its weights rounded to f16") {
   REPRO_REQUIRE_MODELS(dir);
-  gguf::MappedFile mf((dir / "stories260K.gguf").string());
+  MappedFile mf((dir / "stories260K.gguf").string());
   gguf::File f = gguf::parse_gguf(mf.data(), mf.size(), mf.path());
   gguf::Writer w;
   for (const auto& [k, v] : f.kv) w.add(k, v);
@@ -151,8 +155,8 @@ TEST_CASE("model: the stories260K GGUF re-written as F16 loads its weights round
   CHECK(h->tensor_types == std::map<std::string, int64_t>{{"F16", 37}, {"F32", 11}});
   REQUIRE(h->layers[3].w_up.size() == g->layers[3].w_up.size());
   for (size_t i = 0; i < g->layers[3].w_up.size(); ++i) {
-    float want = gguf::f16_to_f32(gguf::f32_to_f16(g->layers[3].w_up[i]));
-    REQUIRE(h->layers[3].w_up[i] == want);
+    float want = gguf::f16_to_f32(gguf::f32_to_f16(g->layers[3].w_up.f32()[i]));
+    REQUIRE(h->layers[3].w_up.f32()[i] == want);
   }
   CHECK(h->tokenizer->encode("Once upon a time", true) == std::vector<int>{1, 403, 407, 261, 378});
 }

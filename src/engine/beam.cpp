@@ -14,7 +14,7 @@ namespace repro {
 
 namespace {
 struct Beam {
-  KvCache cache;
+  int slot = -1;  // KV slot while the beam is live; -1 once it is done
   std::vector<int> tokens;
   std::vector<float> logprobs;
   double score = 0;
@@ -31,6 +31,11 @@ struct Candidate {
 
 GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<int>& prompt, int width,
                       int max_tokens) {
+  Engine engine(model, opts);
+  return engine.beam_search(prompt, width, max_tokens);
+}
+
+GenResult beam_search(Forward& fwd, const Model& model, const std::vector<int>& prompt, int width, int max_tokens) {
   const ModelConfig& c = model.config;
   if (width < 1) throw UsageError("--beam-width must be at least 1");
   if (prompt.empty()) throw UsageError("empty prompt: give at least one token");
@@ -41,13 +46,21 @@ GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<
   auto start = std::chrono::steady_clock::now();
   const int vocab = c.vocab_size;
   const Tokenizer* tok = model.tokenizer.get();
-  Forward fwd(model, opts.mode, opts.threads);
 
   std::vector<Beam> beams(1);
-  beams[0].cache.init(c, need);
+  beams[0].slot = fwd.acquire_slot(need);
+  // Every slot this search holds goes back to the pool however it ends.
+  struct Release {
+    Forward& fwd;
+    std::vector<Beam>& beams;
+    ~Release() {
+      for (auto& b : beams)
+        if (b.slot >= 0) fwd.release_slot(b.slot);
+    }
+  } release{fwd, beams};
   std::vector<TokenRow> rows;
   for (size_t i = 0; i < prompt.size(); ++i)
-    rows.push_back({&beams[0].cache, prompt[i], static_cast<int>(i), i + 1 == prompt.size()});
+    rows.push_back({beams[0].slot, prompt[i], static_cast<int>(i), i + 1 == prompt.size()});
   const float* logits = fwd.run(rows);
   int pos = static_cast<int>(prompt.size());
 
@@ -80,21 +93,28 @@ GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<
     cand.resize(std::min<size_t>(cand.size(), static_cast<size_t>(width)));
     std::vector<Beam> next;
     for (const auto& cd : cand) {
-      Beam nb = beams[cd.parent];  // copies the KV cache
+      Beam nb = beams[cd.parent];
+      nb.slot = -1;
       if (cd.token >= 0) {
         nb.tokens.push_back(cd.token);
         nb.logprobs.push_back(cd.logprob);
         nb.score = cd.score;
         if (tok && (cd.token == tok->eos() || cd.token == tok->bos())) nb.done = true;
       }
+      if (!nb.done) {  // a live beam continues from its parent's cache: positions 0..pos-1
+        nb.slot = fwd.acquire_slot(need);
+        fwd.copy_slot(nb.slot, beams[cd.parent].slot, pos);
+      }
       next.push_back(std::move(nb));
     }
+    for (auto& b : beams)
+      if (b.slot >= 0) fwd.release_slot(b.slot);
     beams = std::move(next);
     bool all_done = std::all_of(beams.begin(), beams.end(), [](const Beam& b) { return b.done; });
     if (all_done || step + 1 == max_tokens) break;
     rows.clear();
     for (auto& b : beams)
-      if (!b.done) rows.push_back({&b.cache, b.tokens.back(), pos, true});
+      if (!b.done) rows.push_back({b.slot, b.tokens.back(), pos, true});
     logits = fwd.run(rows);
     ++pos;
   }

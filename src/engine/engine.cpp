@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 struct Seq {
   int handle;
   GenRequest req;
-  KvCache cache;
+  int slot = -1;           // KV slot of the op table, held from submit() to finish
   int n_past = 0;          // positions in the cache
   bool prefilled = false;
   int last_token = -1;
@@ -38,7 +38,7 @@ struct Engine::Impl {
   int64_t generated = 0;
   std::vector<TokenRow> rows;
 
-  Impl(const Model& m, EngineOptions o) : model(m), opts(o), fwd(m, o.mode, o.threads) {}
+  Impl(const Model& m, EngineOptions o) : model(m), opts(o), fwd(m, o) {}
 };
 
 Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<Impl>(model, opts)) {}
@@ -58,7 +58,7 @@ int Engine::submit(GenRequest req) {
   auto s = std::make_unique<Seq>();
   s->handle = impl_->next_handle++;
   s->req = std::move(req);
-  s->cache.init(c, need);
+  s->slot = impl_->fwd.acquire_slot(need);
   s->result.prompt_tokens = static_cast<int>(s->req.prompt.size());
   s->start = Clock::now();
   int h = s->handle;
@@ -70,6 +70,11 @@ bool Engine::busy() const { return !impl_->active.empty() || !impl_->pending.emp
 int Engine::active() const { return static_cast<int>(impl_->active.size() + impl_->pending.size()); }
 const Model& Engine::model() const { return impl_->model; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
+kernels::OpsInfo Engine::describe() const { return impl_->fwd.describe(); }
+
+GenResult Engine::beam_search(const std::vector<int>& prompt, int width, int max_tokens) {
+  return repro::beam_search(impl_->fwd, impl_->model, prompt, width, max_tokens);
+}
 int64_t Engine::generated_tokens() const { return impl_->generated; }
 
 const GenResult& Engine::result(int handle) const {
@@ -98,9 +103,9 @@ std::vector<int> Engine::step() {
     if (!s->prefilled) {
       const auto& p = s->req.prompt;
       for (size_t i = 0; i < p.size(); ++i)
-        I.rows.push_back({&s->cache, p[i], static_cast<int>(i), i + 1 == p.size()});
+        I.rows.push_back({s->slot, p[i], static_cast<int>(i), i + 1 == p.size()});
     } else {
-      I.rows.push_back({&s->cache, s->last_token, s->n_past, true});
+      I.rows.push_back({s->slot, s->last_token, s->n_past, true});
     }
   }
   const float* logits = I.fwd.run(I.rows);
@@ -152,6 +157,8 @@ std::vector<int> Engine::step() {
       s->result.logits_sha256 = sha256_hex(lg, sizeof(float) * vocab);
       s->result.latency_s = std::chrono::duration<double>(Clock::now() - s->start).count();
       done.push_back(s->handle);
+      I.fwd.release_slot(s->slot);
+      s->slot = -1;
       I.finished.emplace(s->handle, std::move(s->result));
     } else {
       still.push_back(std::move(s));

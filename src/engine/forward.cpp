@@ -3,149 +3,132 @@
 // attention with a KV cache, SwiGLU). Rows from different sequences, and several rows of one
 // sequence (prefill), go through every matmul together, so the kernels see the real batch.
 //
-// Every op outside the three kernels (embedding lookup, RoPE, SiLU*up, residual adds) is
-// element-wise: its value for a row never depends on other rows. The three kernels (matmul,
-// RMSNorm, attention) are chosen by mode: `default` takes the fastest path per shape (OpenBLAS),
-// `batch-invariant` the project's kernels with one reduction order per output element.
+// It is written once, against the op table (repro/kernels/ops.hpp): which kernels run (OpenBLAS or
+// the batch-invariant ones, CPU or GPU) is decided by the table that kernels::make_ops built from
+// the engine's device and mode; nothing here branches on either.
+//
+// Precision: activations are stored at the engine's precision where production engines store
+// them: the outputs of the norms, of every matmul but the classifier, of RoPE and attention and
+// silu * up, and so the KV cache. Kernels accumulate in f32; the residual stream and the logits
+// stay f32. Rounding is element-wise, so a batch-invariant table stays invariant at any precision;
+// at f32 it is the identity.
 // ============================================================================================
 #include "repro/engine/forward.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 namespace repro {
 
-void KvCache::init(const ModelConfig& c, int positions) {
-  capacity = positions;
-  kv_dim = c.kv_dim();
-  size_t n = static_cast<size_t>(c.n_layers) * positions * kv_dim;
-  k.assign(n, 0.0f);
-  v.assign(n, 0.0f);
+using kernels::Buffer;
+
+Forward::Forward(const Model& model, const EngineOptions& opts)
+    : m_(model), c_(model.config), precision_(opts.precision),
+      ops_(kernels::make_ops(opts.device, opts.mode, opts.threads)) {
+  token_embd_ = bind(m_.token_embd);
+  output_norm_ = bind(m_.output_norm);
+  classifier_ = bind(m_.classifier());
+  for (const LayerWeights& w : m_.layers)
+    layers_.push_back({bind(w.attn_norm), bind(w.wq), bind(w.wk), bind(w.wv), bind(w.wo), bind(w.ffn_norm),
+                       bind(w.w_gate), bind(w.w_down), bind(w.w_up)});
+  ops_->kv_configure(c_.n_layers, c_.kv_dim());
 }
 
-Forward::Forward(const Model& model, Mode mode, int threads)
-    : m_(model), c_(model.config), mode_(mode), pool_(threads) {}
+Forward::~Forward() = default;
 
-void Forward::matmul(const float* x, const float* w, float* y, int M, int N, int K) {
-  if (mode_ == Mode::Default)
-    kernels::matmul_default(x, w, y, M, N, K, pool_);
-  else
-    kernels::matmul_invariant(x, w, y, M, N, K, pool_);
-}
+kernels::Weight Forward::bind(const Tensor& t) { return ops_->bind_weight({t.dtype, t.rows, t.cols, t.data}); }
 
-void Forward::rmsnorm(const float* x, const float* g, float* y, int M, int D) {
-  if (mode_ == Mode::Default)
-    kernels::rmsnorm_default(x, g, y, M, D, c_.rms_eps, pool_);
-  else
-    kernels::rmsnorm_invariant(x, g, y, M, D, c_.rms_eps, pool_);
-}
-
-// RoPE on adjacent pairs (2i, 2i+1) of the first rope_dim dims of each head, as llama2.c's run.c
-// and llama.cpp's "normal" rope for arch llama. cos/sin per (position, pair) come from a table, so
-// a row's rotation depends only on its position.
-void Forward::rope(float* x, int n_heads, int pos) {
-  const int hd = c_.head_dim();
-  const int half = c_.rope_dim / 2;
-  if (pos >= rope_positions_) {
-    int n = std::max(pos + 1, rope_positions_ * 2);
-    rope_cos_.resize(static_cast<size_t>(n) * half);
-    rope_sin_.resize(static_cast<size_t>(n) * half);
-    for (int p = rope_positions_; p < n; ++p)
-      for (int i = 0; i < half; ++i) {
-        float freq = 1.0f / std::pow(c_.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c_.rope_dim));
-        float angle = static_cast<float>(p) * freq;
-        rope_cos_[static_cast<size_t>(p) * half + i] = std::cos(angle);
-        rope_sin_[static_cast<size_t>(p) * half + i] = std::sin(angle);
-      }
-    rope_positions_ = n;
+void Forward::reserve(int R, int L) {
+  const size_t dim = c_.dim, kv_dim = c_.kv_dim(), hidden = c_.hidden_dim;
+  if (R > rows_cap_) {
+    rows_cap_ = R;
+    x_ = ops_->alloc(R * dim);                        // residual stream   [R][dim]
+    xb_ = ops_->alloc(R * dim);                       // normed input      [R][dim]
+    q_ = ops_->alloc(R * dim);                        // queries           [R][dim]
+    k_ = ops_->alloc(R * kv_dim);                     // keys              [R][kv_dim]
+    v_ = ops_->alloc(R * kv_dim);                     // values            [R][kv_dim]
+    att_ = ops_->alloc(R * dim);                      // attention output  [R][dim]
+    proj_ = ops_->alloc(R * dim);                     // block output      [R][dim]
+    gate_ = ops_->alloc(R * hidden);                  // SwiGLU gate       [R][hidden]
+    up_ = ops_->alloc(R * hidden);                    // SwiGLU up         [R][hidden]
   }
-  const float* cs = &rope_cos_[static_cast<size_t>(pos) * half];
-  const float* sn = &rope_sin_[static_cast<size_t>(pos) * half];
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + static_cast<size_t>(h) * hd;
-    for (int i = 0; i < half; ++i) {
-      float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * cs[i] - b * sn[i];
-      v[2 * i + 1] = a * sn[i] + b * cs[i];
-    }
+  if (L > logit_cap_) {
+    logit_cap_ = L;
+    xf_ = ops_->alloc(L * dim);                       // rows with logits  [L][dim]
+    xfn_ = ops_->alloc(L * dim);                      // their final norm  [L][dim]
+    logits_ = ops_->alloc(L * static_cast<size_t>(c_.vocab_size));  // [L][vocab]
   }
-}
-
-static void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
 }
 
 const float* Forward::run(const std::vector<TokenRow>& rows) {
+  kernels::Ops& ops = *ops_;
   const int R = static_cast<int>(rows.size());
-  const int dim = c_.dim, kv_dim = c_.kv_dim(), hidden = c_.hidden_dim, hd = c_.head_dim();
-  const int vocab = c_.vocab_size;
-  grow(x_, static_cast<size_t>(R) * dim);       // residual stream   [R][dim]
-  grow(xb_, static_cast<size_t>(R) * dim);      // normed input      [R][dim]
-  grow(q_, static_cast<size_t>(R) * dim);       // queries           [R][dim]
-  grow(k_, static_cast<size_t>(R) * kv_dim);    // keys              [R][kv_dim]
-  grow(v_, static_cast<size_t>(R) * kv_dim);    // values            [R][kv_dim]
-  grow(att_, static_cast<size_t>(R) * dim);     // attention output  [R][dim]
-  grow(proj_, static_cast<size_t>(R) * std::max(dim, hidden));
-  grow(gate_, static_cast<size_t>(R) * hidden); // SwiGLU gate       [R][hidden]
-  grow(up_, static_cast<size_t>(R) * hidden);   // SwiGLU up         [R][hidden]
-  att_rows_.resize(R);
+  const int dim = c_.dim, kv_dim = c_.kv_dim(), hidden = c_.hidden_dim, vocab = c_.vocab_size;
+  const size_t nd = static_cast<size_t>(R) * dim, nkv = static_cast<size_t>(R) * kv_dim,
+               nh = static_cast<size_t>(R) * hidden;
+  const Precision p = precision_;
+  tokens_.resize(R);
+  pos_.resize(R);
+  kv_rows_.resize(R);
+  logit_rows_.clear();
+  for (int r = 0; r < R; ++r) {
+    tokens_[r] = rows[r].token;
+    pos_[r] = rows[r].pos;
+    kv_rows_[r] = {rows[r].slot, rows[r].pos};
+    if (rows[r].want_logits) logit_rows_.push_back(r);
+  }
+  const int L = static_cast<int>(logit_rows_.size());
+  reserve(R, L);
+  const kernels::AttentionDims att{c_.n_heads, c_.n_kv_heads, c_.head_dim()};
+  const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta};
 
   // ---- token embedding: x[r] = token_embd[token]  (token_embd: [vocab][dim]) ----
-  for (int r = 0; r < R; ++r)
-    std::memcpy(&x_[static_cast<size_t>(r) * dim], &m_.token_embd[static_cast<size_t>(rows[r].token) * dim],
-                sizeof(float) * dim);
+  ops.embed(token_embd_, tokens_.data(), R, x_);
 
-  const kernels::AttentionShape shape{c_.n_heads, c_.n_kv_heads, hd, kv_dim};
   for (int l = 0; l < c_.n_layers; ++l) {
-    const LayerWeights& w = m_.layers[l];
+    const LayerW& w = layers_[l];
 
     // ---- attention block ----
-    rmsnorm(x_.data(), w.attn_norm.data(), xb_.data(), R, dim);     // attn_norm: [dim]
-    matmul(xb_.data(), w.wq.data(), q_.data(), R, dim, dim);         // wq: [dim][dim]
-    matmul(xb_.data(), w.wk.data(), k_.data(), R, kv_dim, dim);      // wk: [kv_dim][dim]
-    matmul(xb_.data(), w.wv.data(), v_.data(), R, kv_dim, dim);      // wv: [kv_dim][dim]
-    for (int r = 0; r < R; ++r) {
-      rope(&q_[static_cast<size_t>(r) * dim], c_.n_heads, rows[r].pos);
-      rope(&k_[static_cast<size_t>(r) * kv_dim], c_.n_kv_heads, rows[r].pos);
-      // K/V of every row go into its sequence's cache before any row attends (prefill rows of one
-      // sequence attend to each other causally through the cache).
-      std::memcpy(rows[r].cache->k_at(l, rows[r].pos), &k_[static_cast<size_t>(r) * kv_dim], sizeof(float) * kv_dim);
-      std::memcpy(rows[r].cache->v_at(l, rows[r].pos), &v_[static_cast<size_t>(r) * kv_dim], sizeof(float) * kv_dim);
-    }
-    for (int r = 0; r < R; ++r)
-      att_rows_[r] = {&q_[static_cast<size_t>(r) * dim], rows[r].cache->k_at(l, 0), rows[r].cache->v_at(l, 0),
-                      rows[r].pos + 1, &att_[static_cast<size_t>(r) * dim]};
-    if (mode_ == Mode::Default)
-      kernels::attention_default(att_rows_.data(), R, shape, pool_);
-    else
-      kernels::attention_invariant(att_rows_.data(), R, shape, pool_);
-    matmul(att_.data(), w.wo.data(), proj_.data(), R, dim, dim);     // wo: [dim][dim]
-    for (size_t i = 0; i < static_cast<size_t>(R) * dim; ++i) x_[i] += proj_[i];
+    ops.rmsnorm(x_, w.attn_norm, xb_, R, c_.rms_eps);   // attn_norm: [dim]
+    ops.round_to(p, xb_, nd);
+    ops.matmul(xb_, w.wq, q_, R);                      // wq: [dim][dim]
+    ops.matmul(xb_, w.wk, k_, R);                      // wk: [kv_dim][dim]
+    ops.matmul(xb_, w.wv, v_, R);                      // wv: [kv_dim][dim]
+    ops.rope(q_, pos_.data(), R, c_.n_heads, rope);
+    ops.rope(k_, pos_.data(), R, c_.n_kv_heads, rope);
+    ops.round_to(p, q_, nd);
+    ops.round_to(p, k_, nkv);
+    ops.round_to(p, v_, nkv);
+    // K/V of every row go into its sequence's slot before any row attends (prefill rows of one
+    // sequence attend to each other causally through the cache).
+    ops.kv_store(k_, v_, kv_rows_.data(), R, l);
+    ops.attention(q_, kv_rows_.data(), R, l, att, att_);
+    ops.round_to(p, att_, nd);
+    ops.matmul(att_, w.wo, proj_, R);                  // wo: [dim][dim]
+    ops.round_to(p, proj_, nd);
+    ops.add(x_, proj_, nd);
 
     // ---- feed-forward block (SwiGLU) ----
-    rmsnorm(x_.data(), w.ffn_norm.data(), xb_.data(), R, dim);       // ffn_norm: [dim]
-    matmul(xb_.data(), w.w_gate.data(), gate_.data(), R, hidden, dim);  // w_gate: [hidden][dim]
-    matmul(xb_.data(), w.w_up.data(), up_.data(), R, hidden, dim);      // w_up:   [hidden][dim]
-    for (size_t i = 0; i < static_cast<size_t>(R) * hidden; ++i) {
-      float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];  // silu(gate) * up
-    }
-    matmul(gate_.data(), w.w_down.data(), proj_.data(), R, dim, hidden);  // w_down: [dim][hidden]
-    for (size_t i = 0; i < static_cast<size_t>(R) * dim; ++i) x_[i] += proj_[i];
+    ops.rmsnorm(x_, w.ffn_norm, xb_, R, c_.rms_eps);    // ffn_norm: [dim]
+    ops.round_to(p, xb_, nd);
+    ops.matmul(xb_, w.w_gate, gate_, R);               // w_gate: [hidden][dim]
+    ops.matmul(xb_, w.w_up, up_, R);                   // w_up:   [hidden][dim]
+    ops.round_to(p, gate_, nh);
+    ops.round_to(p, up_, nh);
+    ops.silu_mul(gate_, up_, nh);                      // silu(gate) * up
+    ops.round_to(p, gate_, nh);
+    ops.matmul(gate_, w.w_down, proj_, R);             // w_down: [dim][hidden]
+    ops.round_to(p, proj_, nd);
+    ops.add(x_, proj_, nd);
   }
 
   // ---- final norm and classifier, only for rows whose logits are wanted ----
-  int L = 0;
-  for (const auto& row : rows) L += row.want_logits ? 1 : 0;
-  grow(xf_, static_cast<size_t>(L) * dim);
-  grow(logits_, static_cast<size_t>(L) * vocab);
-  for (int r = 0, j = 0; r < R; ++r)
-    if (rows[r].want_logits)
-      std::memcpy(&xf_[static_cast<size_t>(j++) * dim], &x_[static_cast<size_t>(r) * dim], sizeof(float) * dim);
-  rmsnorm(xf_.data(), m_.output_norm.data(), xb_.data(), L, dim);      // output_norm: [dim]
-  matmul(xb_.data(), m_.output_weights(), logits_.data(), L, vocab, dim);  // output: [vocab][dim]
-  return logits_.data();
+  ops.gather_rows(x_, logit_rows_.data(), L, dim, xf_);
+  ops.rmsnorm(xf_, output_norm_, xfn_, L, c_.rms_eps);  // output_norm: [dim]
+  ops.round_to(p, xfn_, static_cast<size_t>(L) * dim);
+  ops.matmul(xfn_, classifier_, logits_, L);            // output: [vocab][dim]; logits stay f32
+  logits_host_.resize(static_cast<size_t>(L) * vocab);
+  ops.download(logits_, 0, logits_host_.data(), logits_host_.size());
+  return logits_host_.data();
 }
 
 }  // namespace repro

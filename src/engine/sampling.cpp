@@ -10,14 +10,6 @@
 
 namespace repro {
 
-const char* mode_name(Mode m) { return m == Mode::Default ? "default" : "batch-invariant"; }
-
-Mode parse_mode(const std::string& s, const char* flag) {
-  if (s == "default") return Mode::Default;
-  if (s == "batch-invariant" || s == "invariant") return Mode::BatchInvariant;
-  throw UsageError(std::string(flag) + ": unknown mode '" + s + "'; use default or batch-invariant");
-}
-
 namespace {
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

@@ -1,13 +1,9 @@
-// GGUF parser, dequantization and writer. See include/repro/gguf.hpp for the file layout.
+// GGUF parser. See include/repro/model/gguf.hpp for the file layout; the writer is in gguf_write.cpp,
+// dequantization in dtype.cpp, the memory-mapped file in src/common/mapped_file.cpp.
 //
 // The parser treats the file as hostile: a count, a length, a dimension or an offset is never used
 // (to index, to allocate, to multiply) before it has been checked against the bytes that remain.
 #include "repro/model/gguf.hpp"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -17,7 +13,10 @@
 #include <limits>
 #include <unordered_set>
 
+#include "gguf_bytes.hpp"
+#include "repro/common/dtype.hpp"
 #include "repro/common/error.hpp"
+#include "repro/model/dtype.hpp"
 
 namespace repro::gguf {
 
@@ -45,17 +44,6 @@ const char* value_type_name(ValueType t) {
 }
 
 namespace {
-
-// Bytes of one scalar of type t; 0 for STRING / ARRAY / unknown numbers.
-uint64_t scalar_size(ValueType t) {
-  switch (t) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-    case ValueType::UINT16: case ValueType::INT16: return 2;
-    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-    default: return 0;
-  }
-}
 
 bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
 
@@ -134,16 +122,6 @@ bool Value::get_int(int64_t& out) const {
 
 namespace {
 
-uint64_t load_le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-void store_le(std::string& out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 // Sign- or zero-extends the n-byte little-endian integer of type t to 64 bits.
 uint64_t extend(ValueType t, uint64_t v) {
   switch (t) {
@@ -153,27 +131,6 @@ uint64_t extend(ValueType t, uint64_t v) {
     case ValueType::BOOL: return v != 0;
     default: return v;
   }
-}
-
-float f32_from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t f32_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-double f64_from_bits(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, 8);
-  return d;
-}
-uint64_t f64_bits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, 8);
-  return b;
 }
 
 bool is_int_type(ValueType t) {
@@ -252,7 +209,7 @@ Value Value::f32_array(const std::vector<float>& items) {
   r.type = ValueType::ARRAY;
   r.elem_type = ValueType::FLOAT32;
   r.count = items.size();
-  for (float x : items) store_le(r.raw, f32_bits(x), 4);
+  for (float x : items) store_le(r.raw, f32_to_bits(x), 4);
   return r;
 }
 
@@ -279,7 +236,7 @@ Value Value::array(ValueType elem_type, const std::vector<Value>& items) {
     } else if (elem_type == ValueType::ARRAY) {
       r.arrays.push_back(it);
     } else if (elem_type == ValueType::FLOAT32) {
-      store_le(r.raw, f32_bits(static_cast<float>(it.f)), 4);
+      store_le(r.raw, f32_to_bits(static_cast<float>(it.f)), 4);
     } else if (elem_type == ValueType::FLOAT64) {
       store_le(r.raw, f64_bits(it.f), 8);
     } else {
@@ -562,216 +519,6 @@ File parse_gguf(const uint8_t* data, size_t size, const std::string& name) {
     if (order[i - 1]->offset + order[i - 1]->n_bytes > order[i]->offset)
       r.fail("tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap in the data section; the file is corrupt");
   return f;
-}
-
-// =====================================================================================
-// Dequantization
-// =====================================================================================
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h >> 15) << 31;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  if (exp == 0) {
-    // zero or subnormal: mant * 2^-24, exact in f32
-    float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return f32_from_bits(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  return f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));         // rebias 15 -> 127
-}
-
-float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_f16(float f) {
-  uint32_t x = f32_bits(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);  // inf / NaN
-  if (ax < 0x38800000u) {                                                           // below 2^-14: subnormal
-    if (ax <= 0x33000000u) return sign;  // <= 2^-25 rounds (ties to even) to zero
-    uint32_t e = ax >> 23;
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e;  // value * 2^24 = m * 2^(e - 126)
-    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t q = (ax - 0x38000000u) >> 13;  // rebias 127 -> 15, keep 10 mantissa bits
-  uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) ++q;  // may carry into inf: correct
-  if (q >= 0x7c00u) q = 0x7c00u;
-  return static_cast<uint16_t>(sign | q);
-}
-
-void dequantize_row(TensorType type, const uint8_t* src, float* dst, uint64_t n) {
-  switch (type) {
-    case TensorType::F32:
-      if constexpr (std::endian::native == std::endian::little) {
-        std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-        return;
-      }
-      for (uint64_t i = 0; i < n; ++i) dst[i] = f32_from_bits(static_cast<uint32_t>(load_le(src + 4 * i, 4)));
-      return;
-    case TensorType::F16:
-      for (uint64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
-      return;
-    case TensorType::BF16:
-      for (uint64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
-      return;
-    case TensorType::Q8_0:
-      // block: f16 scale d, then 32 int8 quants; x = q * d
-      for (uint64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = src + b * 34;
-        float d = f16_to_f32(static_cast<uint16_t>(load_le(blk, 2)));
-        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = static_cast<float>(static_cast<int8_t>(blk[2 + j])) * d;
-      }
-      return;
-    case TensorType::Q4_0:
-      // block: f16 scale d, then 16 bytes; low nibbles are elements 0..15, high nibbles 16..31,
-      // each stored with an offset of 8: x = (nibble - 8) * d
-      for (uint64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = src + b * 18;
-        float d = f16_to_f32(static_cast<uint16_t>(load_le(blk, 2)));
-        for (int j = 0; j < 16; ++j) {
-          dst[b * 32 + j] = static_cast<float>((blk[2 + j] & 0x0f) - 8) * d;
-          dst[b * 32 + j + 16] = static_cast<float>((blk[2 + j] >> 4) - 8) * d;
-        }
-      }
-      return;
-    default:
-      throw UsageError("tensor type " + tensor_type_name(type) + " is not supported; supported: " +
-                       supported_tensor_types());
-  }
-}
-
-std::vector<float> dequantize(const File& f, const TensorInfo& t) {
-  if (!is_supported_tensor_type(t.type))
-    throw UsageError("GGUF file '" + f.name + "': tensor '" + t.name + "' has type " + tensor_type_name(t.type) +
-                     ", which this tool cannot dequantize; supported: " + supported_tensor_types() +
-                     " (re-quantize the model, e.g. llama-quantize ... Q8_0)");
-  // n_elements was validated against the file size by parse_gguf, so this allocation is bounded
-  // by a small multiple of the file size.
-  std::vector<float> out(static_cast<size_t>(t.n_elements));
-  dequantize_row(t.type, f.data(t), out.data(), t.n_elements);
-  return out;
-}
-
-// =====================================================================================
-// Writer
-// =====================================================================================
-
-namespace {
-
-void put_string(std::string& out, const std::string& s) {
-  store_le(out, s.size(), 8);
-  out += s;
-}
-
-void put_value(std::string& out, const Value& v) {
-  switch (v.type) {
-    case ValueType::STRING: put_string(out, v.str); return;
-    case ValueType::FLOAT32: store_le(out, f32_bits(static_cast<float>(v.f)), 4); return;
-    case ValueType::FLOAT64: store_le(out, f64_bits(v.f), 8); return;
-    case ValueType::ARRAY:
-      store_le(out, static_cast<uint32_t>(v.elem_type), 4);
-      store_le(out, v.count, 8);
-      if (v.elem_type == ValueType::STRING) {
-        for (const auto& s : v.strs) put_string(out, s);
-      } else if (v.elem_type == ValueType::ARRAY) {
-        for (const auto& a : v.arrays) {
-          // nested arrays carry their own element type and count, without a value-type tag
-          put_value(out, a);
-        }
-      } else {
-        out += v.raw;
-      }
-      return;
-    default: store_le(out, v.bits, static_cast<int>(scalar_size(v.type))); return;
-  }
-}
-
-}  // namespace
-
-void Writer::add_tensor(const std::string& name, std::vector<uint64_t> ne, TensorType type, std::string data) {
-  uint64_t be = 0, bb = 0;
-  if (!tensor_type_block(type, be, bb)) throw UsageError("GGUF writer: unknown tensor type for '" + name + "'");
-  uint64_t n = 1;
-  for (uint64_t d : ne) n *= d;
-  if (ne.empty() || ne[0] % be != 0 || n / be * bb != data.size())
-    throw UsageError("GGUF writer: tensor '" + name + "' data size does not match its shape and type");
-  tensors_.push_back({name, std::move(ne), type, std::move(data)});
-}
-
-void Writer::add_f32(const std::string& name, std::vector<uint64_t> ne, const std::vector<float>& values) {
-  std::string data;
-  data.reserve(values.size() * 4);
-  for (float x : values) store_le(data, f32_bits(x), 4);
-  add_tensor(name, std::move(ne), TensorType::F32, std::move(data));
-}
-
-std::string Writer::serialize(uint32_t version) const {
-  std::string out = "GGUF";
-  store_le(out, version, 4);
-  store_le(out, tensors_.size(), 8);
-  store_le(out, kv_.size(), 8);
-  for (const auto& [k, v] : kv_) {
-    put_string(out, k);
-    store_le(out, static_cast<uint32_t>(v.type), 4);
-    put_value(out, v);
-  }
-  auto align = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
-  uint64_t off = 0;
-  std::vector<uint64_t> offsets;
-  for (const auto& t : tensors_) {
-    put_string(out, t.name);
-    store_le(out, t.ne.size(), 4);
-    for (uint64_t d : t.ne) store_le(out, d, 8);
-    store_le(out, static_cast<uint32_t>(t.type), 4);
-    store_le(out, off, 8);
-    offsets.push_back(off);
-    off = align(off + t.data.size());
-  }
-  out.resize(align(out.size()), '\0');
-  uint64_t base = out.size();
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    out.resize(base + offsets[i], '\0');
-    out += tensors_[i].data;
-  }
-  if (!tensors_.empty()) out.resize(align(out.size()), '\0');
-  return out;
-}
-
-// =====================================================================================
-// Files in memory
-// =====================================================================================
-
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw UsageError("cannot open model file '" + path + "': " + std::strerror(errno) +
-                     "; check the path and its permissions");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw UsageError("cannot read model file '" + path + "': not a regular file; give a .gguf or llama2.c .bin file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      throw UsageError("cannot map model file '" + path + "': " + std::strerror(e) + "; check free memory");
-    }
-    map_ = m;
-    data_ = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
-}
-
-MappedFile::~MappedFile() {
-  if (map_) ::munmap(map_, size_);
 }
 
 // =====================================================================================

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "repro/common/error.hpp"
+#include "repro/common/mapped_file.hpp"
+#include "repro/model/dtype.hpp"
 #include "repro/model/gguf.hpp"
 #include "repro/model/model.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
@@ -138,11 +140,13 @@ class GgufLoader {
     return *t;
   }
 
-  std::vector<float> load(Model& m, const std::string& name, const std::vector<uint64_t>& ne) const {
+  // The tensor as F32 (dequantized when stored in another type), shape [ne[1]][ne[0]].
+  Tensor load(Model& m, const std::string& name, const std::vector<uint64_t>& ne) const {
     const gguf::TensorInfo& t = tensor(name, ne);
     m.tensor_types[gguf::tensor_type_name(t.type)]++;
     m.n_params += static_cast<int64_t>(t.n_elements);
-    return gguf::dequantize(f_, t);
+    const int rows = ne.size() > 1 ? static_cast<int>(ne[1]) : 1, cols = static_cast<int>(ne[0]);
+    return Tensor::from_f32(gguf::dequantize(f_, t), rows, cols);
   }
 
   const std::string& what() const { return what_; }
@@ -210,7 +214,7 @@ TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
   return d;
 }
 
-std::unique_ptr<Model> load_gguf(const gguf::MappedFile& mf) {
+std::unique_ptr<Model> load_gguf(const MappedFile& mf) {
   const std::string& path = mf.path();
   gguf::File f = gguf::parse_gguf(mf.data(), mf.size(), path);
   GgufLoader g(f, path);
@@ -295,7 +299,7 @@ std::unique_ptr<Model> load_gguf(const gguf::MappedFile& mf) {
 
 constexpr size_t kL2cHeader = 28;
 
-std::unique_ptr<Model> load_llama2c(const gguf::MappedFile& mf, const std::string& tokenizer_path) {
+std::unique_ptr<Model> load_llama2c(const MappedFile& mf, const std::string& tokenizer_path) {
   const std::string& path = mf.path();
   // No magic to go by: the message says how the file was read, so a wrong file is recognisable.
   const std::string what = "model file '" + path + "' (no GGUF magic, read as a llama2.c checkpoint)";
@@ -334,28 +338,30 @@ std::unique_ptr<Model> load_llama2c(const gguf::MappedFile& mf, const std::strin
                      "checkpoint; " + kSupportedFormats);
 
   const uint8_t* p = mf.data() + kL2cHeader;
-  auto take = [&](int64_t n) {
+  // [rows][cols] float32 from the file.
+  auto take = [&](int64_t rows, int64_t cols) {
+    const int64_t n = rows * cols;
     std::vector<float> v(static_cast<size_t>(n));
     std::memcpy(v.data(), p, static_cast<size_t>(n) * 4);
     p += n * 4;
     m->n_params += n;
-    return v;
+    return Tensor::from_f32(std::move(v), static_cast<int>(rows), static_cast<int>(cols));
   };
-  m->token_embd = take(voc * dim);
+  m->token_embd = take(voc, dim);
   m->layers.resize(static_cast<size_t>(L));
   // The file groups each weight kind over all layers.
-  for (auto& l : m->layers) l.attn_norm = take(dim);
-  for (auto& l : m->layers) l.wq = take(dim * dim);
-  for (auto& l : m->layers) l.wk = take(kv * dim);
-  for (auto& l : m->layers) l.wv = take(kv * dim);
-  for (auto& l : m->layers) l.wo = take(dim * dim);
-  for (auto& l : m->layers) l.ffn_norm = take(dim);
-  for (auto& l : m->layers) l.w_gate = take(hid * dim);
-  for (auto& l : m->layers) l.w_down = take(dim * hid);
-  for (auto& l : m->layers) l.w_up = take(hid * dim);
-  m->output_norm = take(dim);
+  for (auto& l : m->layers) l.attn_norm = take(1, dim);
+  for (auto& l : m->layers) l.wq = take(dim, dim);
+  for (auto& l : m->layers) l.wk = take(kv, dim);
+  for (auto& l : m->layers) l.wv = take(kv, dim);
+  for (auto& l : m->layers) l.wo = take(dim, dim);
+  for (auto& l : m->layers) l.ffn_norm = take(1, dim);
+  for (auto& l : m->layers) l.w_gate = take(hid, dim);
+  for (auto& l : m->layers) l.w_down = take(dim, hid);
+  for (auto& l : m->layers) l.w_up = take(hid, dim);
+  m->output_norm = take(1, dim);
   p += seq * head * 4;  // freq_cis_real + freq_cis_imag: RoPE tables, recomputed by the engine
-  if (!shared) m->output = take(voc * dim);
+  if (!shared) m->output = take(voc, dim);
   m->tensor_types["F32"] = 2 + 9 * L + (shared ? 0 : 1);
 
   // ---- tokenizer: the given file, else tok<vocab>.bin or tokenizer.bin beside the checkpoint ----
@@ -380,8 +386,25 @@ std::unique_ptr<Model> load_llama2c(const gguf::MappedFile& mf, const std::strin
 
 }  // namespace
 
+const float* Tensor::f32() const {
+  if (dtype != DType::F32)
+    throw std::logic_error(std::string("tensor of type ") + dtype_name(dtype) + " read as F32");
+  return static_cast<const float*>(data);
+}
+
+Tensor Tensor::from_f32(std::vector<float> values, int rows, int cols) {
+  auto owned = std::make_shared<std::vector<float>>(std::move(values));
+  Tensor t;
+  t.dtype = DType::F32;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = owned->data();
+  t.storage = std::shared_ptr<const void>(owned, owned->data());
+  return t;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path) {
-  gguf::MappedFile mf(path);
+  MappedFile mf(path);
   std::unique_ptr<Model> m;
   // The format is decided by the magic bytes; the extension is only a hint to people.
   if (mf.size() >= 4 && std::memcmp(mf.data(), "GGUF", 4) == 0) {

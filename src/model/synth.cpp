@@ -9,8 +9,10 @@
 #include <set>
 #include <vector>
 
+#include "repro/common/dtype.hpp"
 #include "repro/common/error.hpp"
 #include "repro/model/gguf.hpp"
+#include "repro/model/gguf_write.hpp"
 #include "repro/common/util.hpp"
 
 namespace repro {
@@ -140,7 +142,7 @@ void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name,
     std::string data;
     data.reserve(v.size() * 2);
     for (float x : v) {
-      uint16_t h = gguf::f32_to_f16(x);
+      uint16_t h = f32_to_f16(x);
       data.push_back(static_cast<char>(h & 0xff));
       data.push_back(static_cast<char>(h >> 8));
     }

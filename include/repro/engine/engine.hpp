@@ -1,4 +1,5 @@
-// The local inference engine: batched decoding with continuous batching on the CPU.
+// The local inference engine: batched decoding with continuous batching over one op table
+// (repro/kernels/ops.hpp), chosen once from EngineOptions {device, mode}.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -6,13 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "repro/engine/device.hpp"
+#include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 
 namespace repro {
-
-enum class Mode { Default, BatchInvariant };
-const char* mode_name(Mode m);                   // "default" / "batch-invariant"
-Mode parse_mode(const std::string& s, const char* flag = "--mode");  // UsageError names the flag
 
 // Decoding parameters of one request. The sampling draw at step t depends only on
 // (seed, t, logits): never on batch size, batch mates or position.
@@ -44,6 +43,8 @@ struct GenResult {
 struct EngineOptions {
   Mode mode = Mode::BatchInvariant;
   int threads = 1;
+  Device device = Device::Cpu;
+  Precision precision = Precision::F32;  // where activations are stored between ops
 };
 
 // Continuous batching: submit() adds a sequence (it is prefilled at the next step()), step() runs one
@@ -72,8 +73,13 @@ class Engine {
   // Convenience: all requests join at once (position = index), run to completion.
   std::vector<GenResult> generate(const std::vector<GenRequest>& reqs);
 
+  // Beam search of the given width for one prompt, on this engine's op table (the beams decode as
+  // one real batch). Runs beside any active sequences' KV slots but not inside step().
+  GenResult beam_search(const std::vector<int>& prompt, int width, int max_tokens);
+
   const Model& model() const;
   const EngineOptions& options() const;
+  kernels::OpsInfo describe() const;  // the op table: name, ISA or GPU, library
   int64_t generated_tokens() const;   // total over the engine's life
 
  private:
@@ -81,7 +87,7 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// Beam search of the given width for one prompt (beams decode as one real batch).
+// Beam search on a fresh engine with these options (Engine::beam_search).
 GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<int>& prompt, int width,
                       int max_tokens);
 

@@ -1,28 +1,19 @@
-// The forward pass of a Llama-family model over a batch of token rows (internal to the engine).
+// The forward pass of a Llama-family model over a batch of token rows (internal to the engine),
+// written once against the op table (repro/kernels/ops.hpp).
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "repro/engine/engine.hpp"
+#include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/common/threadpool.hpp"
 
 namespace repro {
 
-// One sequence's KV cache: [n_layers][capacity][kv_dim] for K and for V.
-struct KvCache {
-  int capacity = 0;  // positions
-  int kv_dim = 0;
-  std::vector<float> k, v;
-  void init(const ModelConfig& c, int positions);
-  float* k_at(int layer, int pos) { return k.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim; }
-  float* v_at(int layer, int pos) { return v.data() + (static_cast<size_t>(layer) * capacity + pos) * kv_dim; }
-};
-
-// One row of a forward step: token `token` of the sequence whose cache is `cache`, at position `pos`.
-// The step writes K/V for pos into the cache; attention reads positions 0..pos.
+// One row of a forward step: token `token` at position `pos` of the sequence that holds KV slot
+// `slot`. The step writes K/V for pos into the slot; attention reads positions 0..pos.
 struct TokenRow {
-  KvCache* cache;
+  int slot;
   int token;
   int pos;
   bool want_logits;  // this row's logits are needed (last prompt token, or a decode token)
@@ -30,27 +21,47 @@ struct TokenRow {
 
 class Forward {
  public:
-  Forward(const Model& model, Mode mode, int threads);
+  // Builds the op table for (opts.device, opts.mode) through kernels::make_ops and binds the
+  // model's weights to it. Throws BackendError when the device is not available.
+  Forward(const Model& model, const EngineOptions& opts);
+  ~Forward();
+  Forward(const Forward&) = delete;
+  Forward& operator=(const Forward&) = delete;
+
   // Runs every row through the model. Returns logits for the rows with want_logits, in row order:
-  // [n_logit_rows][vocab], valid until the next call.
+  // [n_logit_rows][vocab] on the host, valid until the next call.
   const float* run(const std::vector<TokenRow>& rows);
-  Mode mode() const { return mode_; }
-  ThreadPool& pool() { return pool_; }
+
+  // KV slots of the op table: a sequence takes one for `positions` positions and gives it back.
+  int acquire_slot(int positions) { return ops_->kv_acquire(positions); }
+  void release_slot(int slot) { ops_->kv_release(slot); }
+  void copy_slot(int dst, int src, int positions) { ops_->kv_copy(dst, src, positions); }
+
+  kernels::OpsInfo describe() const { return ops_->describe(); }
 
  private:
-  void matmul(const float* x, const float* w, float* y, int M, int N, int K);
-  void rmsnorm(const float* x, const float* g, float* y, int M, int D);
-  void rope(float* x, int n_heads, int pos);
+  struct LayerW {
+    kernels::Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_down, w_up;
+  };
+  kernels::Weight bind(const Tensor& t);
+  void reserve(int rows, int logit_rows);
 
   const Model& m_;
   const ModelConfig& c_;
-  Mode mode_;
-  ThreadPool pool_;
-  std::vector<float> rope_cos_, rope_sin_;  // [position][rope_dim / 2], grown on demand
-  int rope_positions_ = 0;
-  // scratch, grown to the largest step seen
-  std::vector<float> x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, xf_, logits_;
-  std::vector<kernels::AttentionRow> att_rows_;
+  Precision precision_;
+  std::unique_ptr<kernels::Ops> ops_;
+  kernels::Weight token_embd_, output_norm_, classifier_;
+  std::vector<LayerW> layers_;
+  // activations in the table's memory, grown to the largest step seen
+  int rows_cap_ = 0, logit_cap_ = 0;
+  kernels::Buffer x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, xf_, xfn_, logits_;
+  // per-row inputs of a step, on the host
+  std::vector<int> tokens_, pos_, logit_rows_;
+  std::vector<kernels::KvRow> kv_rows_;
+  std::vector<float> logits_host_;
 };
+
+// Beam search on an existing forward pass (Engine::beam_search; src/engine/beam.cpp).
+GenResult beam_search(Forward& fwd, const Model& model, const std::vector<int>& prompt, int width, int max_tokens);
 
 }  // namespace repro

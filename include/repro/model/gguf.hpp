@@ -1,5 +1,6 @@
 // GGUF files (llama.cpp's model container, versions 2 and 3): a validating parser over a memory
-// buffer, dequantization of tensor data to f32, and a writer (used by `model synth` and the tests).
+// buffer. Beside it: dequantization (repro/model/dtype.hpp), the writer (repro/model/gguf_write.hpp)
+// and the memory-mapped file (repro/common/mapped_file.hpp).
 //
 // Layout of a GGUF file (little-endian):
 //   "GGUF" u32 version, u64 n_tensors, u64 n_kv
@@ -105,56 +106,6 @@ struct File {
 // Parses and validates the header, metadata and tensor infos; tensors are checked to lie inside
 // the buffer, aligned and non-overlapping. Throws UsageError naming name_for_errors.
 File parse_gguf(const uint8_t* data, size_t size, const std::string& name_for_errors);
-
-// ---- dequantization ----
-float f16_to_f32(uint16_t h);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);  // round to nearest even; overflow gives inf
-// n elements (a multiple of the block size) from src to dst; UsageError for unsupported types.
-void dequantize_row(TensorType type, const uint8_t* src, float* dst, uint64_t n);
-// A whole tensor to f32; UsageError naming the file and tensor for unsupported types.
-std::vector<float> dequantize(const File& f, const TensorInfo& t);
-
-// ---- writer (GGUF v3) ----
-class Writer {
- public:
-  explicit Writer(uint64_t alignment = 32) : alignment_(alignment) {}
-  void add(const std::string& key, Value v) { kv_.emplace_back(key, std::move(v)); }
-  // data must hold exactly the tensor's bytes for its type and ne.
-  void add_tensor(const std::string& name, std::vector<uint64_t> ne, TensorType type, std::string data);
-  void add_f32(const std::string& name, std::vector<uint64_t> ne, const std::vector<float>& values);
-  std::string serialize(uint32_t version = 3) const;
-
- private:
-  struct Tensor {
-    std::string name;
-    std::vector<uint64_t> ne;
-    TensorType type;
-    std::string data;
-  };
-  uint64_t alignment_;
-  std::vector<std::pair<std::string, Value>> kv_;
-  std::vector<Tensor> tensors_;
-};
-
-// ---- files in memory ----
-// A read-only file: mmap when possible. Throws UsageError naming the path.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  void* map_ = nullptr;
-};
 
 // The libFuzzer entry, as a plain function so the test suite can replay the corpus: parses,
 // touches every value, and dequantizes small tensors. Never throws; returns 0.

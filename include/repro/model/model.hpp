@@ -1,4 +1,4 @@
-// A Llama-family model in memory: hyper-parameters, f32 weights, tokenizer.
+// A Llama-family model in memory: hyper-parameters, weights (each with its element type), tokenizer.
 // Weight matrices are row-major [out][in] (GGUF ne = [in, out]); y = W x means y[o] = sum_i W[o][i] x[i].
 #pragma once
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "repro/common/dtype.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 
 namespace repro {
@@ -27,25 +28,41 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
 };
 
+// One weight: its element type, its shape [rows][cols] (row-major; a vector is one row) and its
+// data. `storage` keeps the data alive (an owned array today; a mapped file when weights stay in
+// their stored type). The loader gives F32 tensors today: other GGUF types are dequantized.
+struct Tensor {
+  DType dtype = DType::F32;
+  int rows = 0, cols = 0;
+  const void* data = nullptr;
+  std::shared_ptr<const void> storage;
+
+  bool empty() const { return data == nullptr; }
+  size_t size() const { return static_cast<size_t>(rows) * static_cast<size_t>(cols); }  // elements
+  // The elements of an F32 tensor (std::logic_error for another dtype).
+  const float* f32() const;
+  static Tensor from_f32(std::vector<float> values, int rows, int cols);
+};
+
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [dim]
-  std::vector<float> wq;         // [dim][dim]
-  std::vector<float> wk;         // [kv_dim][dim]
-  std::vector<float> wv;         // [kv_dim][dim]
-  std::vector<float> wo;         // [dim][dim]
-  std::vector<float> ffn_norm;   // [dim]
-  std::vector<float> w_gate;     // [hidden][dim]   (llama2.c w1)
-  std::vector<float> w_down;     // [dim][hidden]   (llama2.c w2)
-  std::vector<float> w_up;       // [hidden][dim]   (llama2.c w3)
+  Tensor attn_norm;  // [dim]
+  Tensor wq;         // [dim][dim]
+  Tensor wk;         // [kv_dim][dim]
+  Tensor wv;         // [kv_dim][dim]
+  Tensor wo;         // [dim][dim]
+  Tensor ffn_norm;   // [dim]
+  Tensor w_gate;     // [hidden][dim]   (llama2.c w1)
+  Tensor w_down;     // [dim][hidden]   (llama2.c w2)
+  Tensor w_up;       // [hidden][dim]   (llama2.c w3)
 };
 
 struct Model {
   ModelConfig config;
-  std::vector<float> token_embd;  // [vocab][dim]
+  Tensor token_embd;  // [vocab][dim]
   std::vector<LayerWeights> layers;
-  std::vector<float> output_norm; // [dim]
-  std::vector<float> output;      // [vocab][dim]; empty when tied to token_embd
-  const float* output_weights() const { return output.empty() ? token_embd.data() : output.data(); }
+  Tensor output_norm; // [dim]
+  Tensor output;      // [vocab][dim]; empty when tied to token_embd
+  const Tensor& classifier() const { return output.empty() ? token_embd : output; }
   std::unique_ptr<Tokenizer> tokenizer;
 
   // Provenance, for `model info` and reports.

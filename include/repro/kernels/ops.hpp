@@ -1,0 +1,203 @@
+// The op table: everything the forward pass asks of a device, in one small interface.
+//
+// One table per (device, mode): cpu-default and cpu-batch-invariant today (kernels/ops_cpu.cpp);
+// cuda-default and cuda-batch-invariant register here when the CUDA backend has its kernels. The
+// forward pass (src/engine/forward.cpp) is written once against this interface, and nothing above
+// it branches on device or mode: make_ops() is the one place that turns (device, mode) into a table.
+// The kernel harness (tests/unit-kernels-harness.cpp) runs every op of every table that
+// available_op_tables() lists, so a new backend inherits every invariance test by registering.
+//
+// A table owns:
+//   buffers      device memory for activations (host memory on the CPU), move-only handles
+//   KV slots     a pool of K/V caches allocated once per engine and reused: a sequence takes a
+//                slot when it joins and gives it back when it leaves; no per-sequence vectors
+//   matmul       per weight dtype (F32 today; other types throw a BackendError naming the type)
+//   rmsnorm, attention (over KV slots), and the element-wise ops: embedding gather, RoPE,
+//                silu(gate) * up, residual add, KV store, row gather, and the precision rounding
+//   describe()   what runs: table name, ISA or GPU, library and version (for bench and reports)
+//
+// Compare ggml's backend interface, where BLAS is one backend among others: here OpenBLAS is what
+// the cpu-default table calls for matmul, and the batch-invariant table calls the project's own
+// kernels; the forward pass cannot tell them apart.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "repro/common/dtype.hpp"
+
+namespace repro {
+
+enum class Device { Cpu, Cuda };
+enum class Mode { Default, BatchInvariant };
+// Where activations are stored between ops (outputs of matmul, attention and norms; the KV cache).
+// Kernels accumulate in f32 either way; rounding is element-wise (round to nearest even), so a
+// batch-invariant table stays bitwise batch-invariant at every precision.
+enum class Precision { F32, BF16, F16 };
+
+}  // namespace repro
+
+namespace repro::kernels {
+
+// A weight as an op table reads it: [rows][cols] row-major (a matrix is [out][in]; a norm gain is
+// one row), elements of `dtype`, at `data` in memory the table can read (host memory on the CPU).
+struct Weight {
+  DType dtype = DType::F32;
+  int rows = 0, cols = 0;
+  const void* data = nullptr;
+};
+
+class Ops;
+
+// Memory of one op table: `size()` floats at `data()` (a device pointer on a GPU; the forward pass
+// never dereferences it, it only hands buffers back to ops). Move-only; freed with the function the
+// table allocated it with (so a buffer may outlive the table's derived part, as KV slots do).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&&) noexcept;
+  Buffer& operator=(Buffer&&) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+  float* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  friend class Ops;
+  void (*free_)(float*) = nullptr;
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct AttentionDims {
+  int n_heads;
+  int n_kv_heads;  // GQA: query head h reads KV head h / (n_heads / n_kv_heads)
+  int head_dim;
+};
+
+struct RopeDims {
+  int head_dim;
+  int rope_dim;  // rotated dims per head: adjacent pairs (2i, 2i+1), i < rope_dim / 2
+  float theta;
+};
+
+// One row of a step as the KV-cache ops see it: the row's sequence holds KV slot `slot`; the row
+// writes position `pos` and attends to positions 0..pos.
+struct KvRow {
+  int slot;
+  int pos;
+};
+
+// What a table is, for `bench` and the environment record of a report.
+struct OpsInfo {
+  std::string name;     // "cpu-batch-invariant"
+  std::string device;   // "cpu" / "cuda"
+  std::string mode;     // "default" / "batch-invariant"
+  std::string isa;      // CPU: "avx2+fma" or "portable"; GPU: device name and compute capability
+  std::string library;  // what the matmul calls: "OpenBLAS 0.3.21 ..." or "own kernels"
+  int threads = 1;
+};
+
+class Ops {
+ public:
+  virtual ~Ops();
+  virtual OpsInfo describe() const = 0;
+
+  // ---- buffers ----
+  Buffer alloc(size_t n);  // n floats, uninitialised
+  virtual void upload(Buffer& dst, size_t offset, const float* src, size_t n) = 0;
+  virtual void download(const Buffer& src, size_t offset, float* dst, size_t n) = 0;
+  // A weight in memory the table reads (the CPU reads host memory in place: returns w).
+  virtual Weight bind_weight(const Weight& w) = 0;
+
+  // ---- KV-cache slots: K and V of every layer, [layer][position][kv_dim] each ----
+  // Sets the shape of every slot; called once, before the first acquire.
+  void kv_configure(int n_layers, int kv_dim);
+  // A free slot that holds at least `positions` positions (a free slot is grown when none is
+  // large enough, a new one is added when none is free). Slots are reused, never freed early.
+  int kv_acquire(int positions);
+  void kv_release(int slot);
+  // Copies positions [0, positions) of every layer from slot src to slot dst (beam search forks).
+  void kv_copy(int dst, int src, int positions);
+  int kv_slots() const { return static_cast<int>(slots_.size()); }
+
+  // ---- the three kernels whose reduction order decides batch variance ----
+  // y[M][w.rows] = x[M][w.cols] * w^T, dispatched on w.dtype.
+  virtual void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) = 0;
+  // y[m] = x[m] / sqrt(mean(x[m]^2) + eps) * g, rows of length g.cols.
+  virtual void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) = 0;
+  // Causal attention of R query rows q[R][n_heads * head_dim] over their slots' K/V of `layer`,
+  // positions 0..rows[r].pos; softmax inside, scores scaled by 1/sqrt(head_dim).
+  virtual void attention(const Buffer& q, const KvRow* rows, int R, int layer, const AttentionDims& d,
+                         Buffer& out) = 0;
+
+  // ---- element-wise ops (a row's values never depend on other rows) ----
+  // x[r] = table[tokens[r]] (table: [vocab][dim], dim = table.cols).
+  virtual void embed(const Weight& table, const int* tokens, int R, Buffer& x) = 0;
+  // RoPE on rows x[R][n_heads * head_dim]; row r rotates by position pos[r].
+  virtual void rope(Buffer& x, const int* pos, int R, int n_heads, const RopeDims& d) = 0;
+  // gate[i] = silu(gate[i]) * up[i] for i < n.
+  virtual void silu_mul(Buffer& gate, const Buffer& up, size_t n) = 0;
+  // x[i] += y[i] for i < n.
+  virtual void add(Buffer& x, const Buffer& y, size_t n) = 0;
+  // Writes k[r] and v[r] ([R][kv_dim]) into layer `layer` of slot rows[r].slot at rows[r].pos.
+  virtual void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) = 0;
+  // dst[j] = src[idx[j]] for rows of `width` floats, j < n.
+  virtual void gather_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst) = 0;
+  // x[i] = x[i] rounded to precision p and back to f32, i < n (F32: unchanged).
+  virtual void round_to(Precision p, Buffer& x, size_t n) = 0;
+
+ protected:
+  // Device memory primitives of the table: n floats and the function that frees them.
+  struct Raw {
+    float* p;
+    void (*free)(float*);
+  };
+  virtual Raw raw_alloc(size_t n) = 0;
+  virtual void raw_copy(float* dst, const float* src, size_t n) = 0;  // device to device
+
+  struct KvSlot {
+    Buffer k, v;       // [n_layers][capacity][kv_dim]
+    int capacity = 0;  // positions
+    bool used = false;
+  };
+  // Base of layer `layer` of slot `s` (K or V), for the table's kv_store and attention.
+  float* kv_k(int s, int layer) const { return kv_at(slots_[s].k, s, layer); }
+  float* kv_v(int s, int layer) const { return kv_at(slots_[s].v, s, layer); }
+  int kv_dim() const { return kv_dim_; }
+
+ private:
+  float* kv_at(const Buffer& b, int s, int layer) const {
+    return b.data() + static_cast<size_t>(layer) * slots_[s].capacity * kv_dim_;
+  }
+  void check_slot(int slot, const char* what) const;
+  int n_layers_ = 0, kv_dim_ = 0;
+  std::vector<KvSlot> slots_;
+};
+
+// The tables this build and this machine can run, for the harness and for describe listings.
+struct TableSpec {
+  Device device;
+  Mode mode;
+  std::string name;  // "cpu-default", "cpu-batch-invariant"
+};
+std::vector<TableSpec> available_op_tables();
+
+// THE factory: the only place that turns (device, mode) into kernels. Throws BackendError with a
+// one-line reason when the device is not available (a build without CUDA, no GPU, no tables yet).
+std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads);
+
+// Element-wise rounding of one value to precision p and back (shared by every backend).
+inline float round_to_precision(Precision p, float x) {
+  switch (p) {
+    case Precision::F32: return x;
+    case Precision::BF16: return bf16_to_f32(f32_to_bf16(x));
+    case Precision::F16: return f16_to_f32(f32_to_f16(x));
+  }
+  return x;
+}
+
+}  // namespace repro::kernels

@@ -1,0 +1,147 @@
+// The op-table base (buffers, KV-cache slots) and the registry of tables with THE factory.
+//
+// make_ops() is the only place in the project that turns (device, mode) into kernels: it looks the
+// pair up in the registry below. A backend joins by adding its rows (and so inherits the kernel
+// harness in tests/unit-kernels-harness.cpp).
+#include "repro/kernels/ops.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "ops_internal.hpp"
+#include "repro/common/error.hpp"
+
+namespace repro::kernels {
+
+// ---- Buffer ----
+
+Buffer::Buffer(Buffer&& o) noexcept : free_(o.free_), p_(o.p_), n_(o.n_) {
+  o.free_ = nullptr;
+  o.p_ = nullptr;
+  o.n_ = 0;
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (free_ && p_) free_(p_);
+    free_ = std::exchange(o.free_, nullptr);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+  }
+  return *this;
+}
+
+Buffer::~Buffer() {
+  if (free_ && p_) free_(p_);
+}
+
+// ---- Ops: buffers and KV slots (shared by every table; device memory through raw_*) ----
+
+Ops::~Ops() = default;
+
+Buffer Ops::alloc(size_t n) {
+  Buffer b;
+  const Raw r = raw_alloc(n == 0 ? 1 : n);
+  b.free_ = r.free;
+  b.p_ = r.p;
+  b.n_ = n;
+  return b;
+}
+
+void Ops::kv_configure(int n_layers, int kv_dim) {
+  if (!slots_.empty() && (n_layers != n_layers_ || kv_dim != kv_dim_))
+    throw std::logic_error("op table: KV slots already configured for another shape");
+  n_layers_ = n_layers;
+  kv_dim_ = kv_dim;
+}
+
+int Ops::kv_acquire(int positions) {
+  if (kv_dim_ <= 0) throw std::logic_error("op table: kv_acquire before kv_configure");
+  // The smallest free slot that is large enough; else the largest free one, grown; else a new one.
+  int best = -1, largest = -1;
+  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
+    if (slots_[s].used) continue;
+    if (slots_[s].capacity >= positions && (best < 0 || slots_[s].capacity < slots_[best].capacity)) best = s;
+    if (largest < 0 || slots_[s].capacity > slots_[largest].capacity) largest = s;
+  }
+  int s = best;
+  if (s < 0) {
+    if (largest >= 0) {
+      s = largest;
+    } else {
+      slots_.emplace_back();
+      s = static_cast<int>(slots_.size()) - 1;
+    }
+    const size_t n = static_cast<size_t>(n_layers_) * positions * kv_dim_;
+    slots_[s].k = alloc(n);
+    slots_[s].v = alloc(n);
+    slots_[s].capacity = positions;
+  }
+  slots_[s].used = true;
+  return s;
+}
+
+void Ops::check_slot(int slot, const char* what) const {
+  if (slot < 0 || slot >= static_cast<int>(slots_.size()) || !slots_[slot].used)
+    throw std::logic_error(std::string("op table: ") + what + " of a KV slot that is not held");
+}
+
+void Ops::kv_release(int slot) {
+  check_slot(slot, "release");
+  slots_[slot].used = false;
+}
+
+void Ops::kv_copy(int dst, int src, int positions) {
+  check_slot(dst, "copy");
+  check_slot(src, "copy");
+  if (positions > slots_[dst].capacity || positions > slots_[src].capacity)
+    throw std::logic_error("op table: kv_copy beyond a slot's capacity");
+  const size_t n = static_cast<size_t>(positions) * kv_dim_;
+  for (int l = 0; l < n_layers_; ++l) {
+    raw_copy(kv_k(dst, l), kv_k(src, l), n);
+    raw_copy(kv_v(dst, l), kv_v(src, l), n);
+  }
+}
+
+// ---- the registry ----
+
+namespace {
+
+struct Registered {
+  Device device;
+  Mode mode;
+  const char* name;
+  std::unique_ptr<Ops> (*make)(int threads);
+};
+
+// Every table this build has. CUDA tables join here when the CUDA backend has its kernels.
+const Registered kTables[] = {
+    {Device::Cpu, Mode::Default, "cpu-default", make_cpu_default},
+    {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", make_cpu_invariant},
+};
+
+}  // namespace
+
+std::vector<TableSpec> available_op_tables() {
+  std::vector<TableSpec> out;
+  for (const auto& t : kTables) out.push_back({t.device, t.mode, t.name});
+  return out;
+}
+
+std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
+  if (threads < 1) throw UsageError("--threads must be at least 1");
+  for (const auto& t : kTables)
+    if (t.device == device && t.mode == mode) return t.make(threads);
+  if (device == Device::Cuda) {
+#ifdef REPRO_HAVE_CUDA
+    throw BackendError("--device cuda: the CUDA backend is not available yet (this build finds the GPU but has no "
+                       "CUDA op tables); use --device cpu");
+#else
+    throw BackendError("--device cuda: this repro-audit was built without CUDA (configure with -DREPRO_CUDA=ON on a "
+                       "machine with the CUDA toolkit); use --device cpu");
+#endif
+  }
+  throw BackendError("no op table for this device and mode; use --device cpu");
+}
+
+}  // namespace repro::kernels

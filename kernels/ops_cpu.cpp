@@ -1,0 +1,202 @@
+// The CPU op tables: cpu-default and cpu-batch-invariant.
+//
+// Both tables share everything but the three kernels whose reduction order decides batch variance
+// (matmul, RMSNorm, attention): buffers are host memory, weights are read in place, and the
+// element-wise ops (embedding gather, RoPE, silu * up, residual add, KV store, row gather,
+// precision rounding) are plain loops whose value for a row never depends on other rows.
+//   cpu-default          kernels/*/default.cpp: OpenBLAS cblas_sgemm, split-KV attention, the
+//                        fastest RMSNorm; the fastest path per shape, as production engines run.
+//   cpu-batch-invariant  kernels/*/invariant.cpp: one reduction order per output element, fixed
+//                        by the reduction length alone; bitwise equal to kernels/*/reference.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "ops_internal.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/threadpool.hpp"
+#include "repro/kernels/kernels.hpp"
+
+extern "C" char* openblas_get_config(void);
+
+namespace repro::kernels {
+
+namespace {
+
+// The kernel set of one CPU table.
+struct CpuKernels {
+  const char* name;  // table name
+  const char* mode;  // mode name
+  bool blas;         // matmul calls OpenBLAS
+  void (*matmul)(const float*, const float*, float*, int, int, int, ThreadPool&);
+  void (*rmsnorm)(const float*, const float*, float*, int, int, float, ThreadPool&);
+  void (*attention)(const AttentionRow*, int, const AttentionShape&, ThreadPool&);
+};
+
+const CpuKernels kDefault{"cpu-default", "default", true, matmul_default, rmsnorm_default, attention_default};
+const CpuKernels kInvariant{"cpu-batch-invariant", "batch-invariant", false, matmul_invariant, rmsnorm_invariant,
+                            attention_invariant};
+
+const float* f32_data(const Weight& w, const char* op, const char* table) {
+  if (w.dtype != DType::F32)
+    throw BackendError(std::string(op) + ": weights of type " + dtype_name(w.dtype) + " are not supported by the " +
+                       table + " op table yet (supported: F32)");
+  return static_cast<const float*>(w.data);
+}
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps(const CpuKernels& k, int threads) : k_(k), pool_(threads) {}
+  ~CpuOps() override = default;
+
+  OpsInfo describe() const override {
+    OpsInfo i;
+    i.name = k_.name;
+    i.device = "cpu";
+    i.mode = k_.mode;
+    i.isa = cpu_has_avx2_fma() ? (use_avx2() ? "avx2+fma" : "portable (forced)") : "portable";
+    if (k_.blas) {
+      const char* cfg = openblas_get_config();
+      i.library = std::string("OpenBLAS (") + (cfg ? cfg : "unknown config") + ")";
+    } else {
+      i.library = "own kernels (no BLAS)";
+    }
+    i.threads = pool_.size();
+    return i;
+  }
+
+  // ---- buffers: host memory ----
+  void upload(Buffer& dst, size_t offset, const float* src, size_t n) override {
+    std::memcpy(dst.data() + offset, src, n * sizeof(float));
+  }
+  void download(const Buffer& src, size_t offset, float* dst, size_t n) override {
+    std::memcpy(dst, src.data() + offset, n * sizeof(float));
+  }
+  Weight bind_weight(const Weight& w) override { return w; }
+
+  // ---- kernels ----
+  void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) override {
+    k_.matmul(x.data(), f32_data(w, "matmul", k_.name), y.data(), M, w.rows, w.cols, pool_);
+  }
+
+  void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {
+    k_.rmsnorm(x.data(), f32_data(g, "rmsnorm", k_.name), y.data(), M, g.cols, eps, pool_);
+  }
+
+  void attention(const Buffer& q, const KvRow* rows, int R, int layer, const AttentionDims& d,
+                 Buffer& out) override {
+    const size_t width = static_cast<size_t>(d.n_heads) * d.head_dim;
+    att_rows_.resize(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r)
+      att_rows_[r] = {q.data() + r * width, kv_k(rows[r].slot, layer), kv_v(rows[r].slot, layer), rows[r].pos + 1,
+                      out.data() + r * width};
+    k_.attention(att_rows_.data(), R, {d.n_heads, d.n_kv_heads, d.head_dim, kv_dim()}, pool_);
+  }
+
+  // ---- element-wise ops ----
+  void embed(const Weight& table, const int* tokens, int R, Buffer& x) override {
+    const float* t = f32_data(table, "embedding", k_.name);
+    const size_t dim = table.cols;
+    for (int r = 0; r < R; ++r)
+      std::memcpy(x.data() + r * dim, t + static_cast<size_t>(tokens[r]) * dim, sizeof(float) * dim);
+  }
+
+  // RoPE on adjacent pairs (2i, 2i+1) of the first rope_dim dims of each head, as llama2.c's run.c
+  // and llama.cpp's "normal" rope for arch llama. cos/sin per (position, pair) come from a table,
+  // so a row's rotation depends only on its position.
+  void rope(Buffer& x, const int* pos, int R, int n_heads, const RopeDims& d) override {
+    const int half = d.rope_dim / 2;
+    const size_t width = static_cast<size_t>(n_heads) * d.head_dim;
+    for (int r = 0; r < R; ++r) {
+      grow_rope(pos[r], d);
+      const float* cs = &rope_cos_[static_cast<size_t>(pos[r]) * half];
+      const float* sn = &rope_sin_[static_cast<size_t>(pos[r]) * half];
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x.data() + r * width + static_cast<size_t>(h) * d.head_dim;
+        for (int i = 0; i < half; ++i) {
+          float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * cs[i] - b * sn[i];
+          v[2 * i + 1] = a * sn[i] + b * cs[i];
+        }
+      }
+    }
+  }
+
+  void silu_mul(Buffer& gate, const Buffer& up, size_t n) override {
+    float* g = gate.data();
+    const float* u = up.data();
+    for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
+  void add(Buffer& x, const Buffer& y, size_t n) override {
+    float* a = x.data();
+    const float* b = y.data();
+    for (size_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+
+  void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) override {
+    const size_t kd = kv_dim();
+    for (int r = 0; r < R; ++r) {
+      std::memcpy(kv_k(rows[r].slot, layer) + rows[r].pos * kd, k.data() + r * kd, sizeof(float) * kd);
+      std::memcpy(kv_v(rows[r].slot, layer) + rows[r].pos * kd, v.data() + r * kd, sizeof(float) * kd);
+    }
+  }
+
+  void gather_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst) override {
+    for (int j = 0; j < n; ++j)
+      std::memcpy(dst.data() + static_cast<size_t>(j) * width, src.data() + static_cast<size_t>(idx[j]) * width,
+                  sizeof(float) * width);
+  }
+
+  void round_to(Precision p, Buffer& x, size_t n) override {
+    if (p == Precision::F32) return;
+    float* a = x.data();
+    for (size_t i = 0; i < n; ++i) a[i] = round_to_precision(p, a[i]);
+  }
+
+ protected:
+  Raw raw_alloc(size_t n) override {
+    auto* p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
+    if (!p) throw std::bad_alloc();
+    return {p, [](float* q) { std::free(q); }};
+  }
+  void raw_copy(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+
+ private:
+  // cos/sin for positions 0..pos, grown on demand (doubling).
+  void grow_rope(int pos, const RopeDims& d) {
+    const int half = d.rope_dim / 2;
+    if (pos < rope_positions_ && half == rope_half_) return;
+    if (half != rope_half_) rope_positions_ = 0;
+    const int n = std::max(pos + 1, rope_positions_ * 2);
+    rope_cos_.resize(static_cast<size_t>(n) * half);
+    rope_sin_.resize(static_cast<size_t>(n) * half);
+    for (int p = rope_positions_; p < n; ++p)
+      for (int i = 0; i < half; ++i) {
+        float freq = 1.0f / std::pow(d.theta, static_cast<float>(2 * i) / static_cast<float>(d.rope_dim));
+        float angle = static_cast<float>(p) * freq;
+        rope_cos_[static_cast<size_t>(p) * half + i] = std::cos(angle);
+        rope_sin_[static_cast<size_t>(p) * half + i] = std::sin(angle);
+      }
+    rope_positions_ = n;
+    rope_half_ = half;
+  }
+
+  const CpuKernels& k_;
+  ThreadPool pool_;
+  std::vector<AttentionRow> att_rows_;
+  std::vector<float> rope_cos_, rope_sin_;  // [position][rope_dim / 2]
+  int rope_positions_ = 0, rope_half_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_default(int threads) { return std::make_unique<CpuOps>(kDefault, threads); }
+std::unique_ptr<Ops> make_cpu_invariant(int threads) { return std::make_unique<CpuOps>(kInvariant, threads); }
+
+}  // namespace repro::kernels

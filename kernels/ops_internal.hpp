@@ -1,0 +1,12 @@
+// Private to kernels/: the constructors of the registered op tables (see kernels/ops.cpp).
+#pragma once
+#include <memory>
+
+#include "repro/kernels/ops.hpp"
+
+namespace repro::kernels {
+
+std::unique_ptr<Ops> make_cpu_default(int threads);    // kernels/ops_cpu.cpp
+std::unique_ptr<Ops> make_cpu_invariant(int threads);  // kernels/ops_cpu.cpp
+
+}  // namespace repro::kernels

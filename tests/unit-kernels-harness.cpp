@@ -1,0 +1,364 @@
+// ctest-labels: unit
+// The kernel harness: every op of every op table this machine has (kernels::available_op_tables(),
+// so a new backend inherits it by registering), for batch sizes {1,2,3,7,8,16,33,64,128} drawn
+// in a seeded random order from a pool of random nonzero rows:
+//   - batch-invariant tables: row i of the batch is bitwise equal (memcmp) to the same row computed
+//     alone AND to the plain-loop reference (kernels/*/reference.cpp, or a loop here for the
+//     element-wise ops), at thread counts 1, 2 and 3;
+//   - default tables: the three kernels are close to the reference (how many rows differ bitwise
+//     from the row alone is printed, not asserted); the element-wise ops, which never mix rows,
+//     are bitwise equal to the row alone and to the reference in every table.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "repro/common/error.hpp"
+#include "repro/engine/device.hpp"
+#include "repro/kernels/kernels.hpp"
+#include "repro/kernels/ops.hpp"
+
+using namespace repro;
+using namespace repro::kernels;
+
+namespace {
+
+const int kBatches[] = {1, 2, 3, 7, 8, 16, 33, 64, 128};
+constexpr int kPool = 128;  // rows the batches are drawn from
+
+// Random values in +-[0.05, 1]: never zero, so a skipped or doubled term always shows.
+std::vector<float> nonzero(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.05f, 1.0f);
+  std::bernoulli_distribution neg(0.5);
+  std::vector<float> v(n);
+  for (auto& x : v) x = neg(rng) ? -mag(rng) : mag(rng);
+  return v;
+}
+
+// b distinct pool rows in a seeded random order: other batch mates and positions per case.
+std::vector<int> draw(int b, uint32_t seed) {
+  std::vector<int> idx(kPool);
+  for (int i = 0; i < kPool; ++i) idx[i] = i;
+  std::mt19937 rng(seed);
+  std::shuffle(idx.begin(), idx.end(), rng);
+  idx.resize(b);
+  return idx;
+}
+
+bool same(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+float rel_err(const float* a, const float* ref, size_t n) {
+  float scale = 0, err = 0;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(ref[i]));
+  for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(a[i] - ref[i]));
+  return scale > 0 ? err / scale : err;
+}
+
+// Host rows <-> a table's buffer.
+Buffer to_device(Ops& ops, const std::vector<float>& v) {
+  Buffer b = ops.alloc(v.size());
+  ops.upload(b, 0, v.data(), v.size());
+  return b;
+}
+std::vector<float> to_host(Ops& ops, const Buffer& b, size_t n) {
+  std::vector<float> v(n);
+  ops.download(b, 0, v.data(), n);
+  return v;
+}
+std::vector<float> gather(const std::vector<float>& pool, const std::vector<int>& idx, size_t width) {
+  std::vector<float> out(idx.size() * width);
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(pool.data() + idx[i] * width, width, out.data() + i * width);
+  return out;
+}
+
+// One table at one thread count, with what the checks need to know about it.
+struct Table {
+  TableSpec spec;
+  int threads;
+  std::unique_ptr<Ops> ops;
+  bool invariant() const { return spec.mode == Mode::BatchInvariant; }
+};
+
+std::vector<Table> tables() {
+  std::vector<Table> out;
+  for (const TableSpec& t : available_op_tables()) {
+    std::vector<int> threads = {1, 2};
+    if (t.mode == Mode::BatchInvariant) threads = {1, 2, 3};
+    for (int n : threads) out.push_back({t, n, make_ops(t.device, t.mode, n)});
+  }
+  return out;
+}
+
+// A row-wise op under test: runs `rows` pool rows (as a batch, or one at a time) through the table
+// and returns the host result, `width` floats per row.
+using RowOp = std::function<std::vector<float>(Ops&, const std::vector<int>& rows)>;
+
+// Runs op on every batch size and checks each row against the row alone and the reference.
+// exact: memcmp against both (else: relative error below tol, bitwise differences counted).
+void check_rows(Table& t, const char* op, size_t width, const std::vector<float>& reference, bool exact, float tol,
+                const RowOp& run) {
+  const std::string op_name = op;
+  CAPTURE(t.spec.name);
+  CAPTURE(t.threads);
+  CAPTURE(op_name);
+  std::vector<float> alone(kPool * width);
+  for (int r = 0; r < kPool; ++r) {
+    std::vector<float> y = run(*t.ops, {r});
+    std::copy(y.begin(), y.end(), alone.begin() + r * width);
+  }
+  if (exact) {
+    int bad = 0;
+    for (int r = 0; r < kPool; ++r) bad += !same(&alone[r * width], &reference[r * width], width);
+    CHECK_MESSAGE(bad == 0, op << ": rows alone differ from the reference: " << bad);
+  } else {
+    CHECK(rel_err(alone.data(), reference.data(), alone.size()) < tol);
+  }
+  std::string counts;
+  for (int b : kBatches) {
+    CAPTURE(b);
+    const auto idx = draw(b, 1000u * b + 17u * t.threads + static_cast<uint32_t>(width));
+    const std::vector<float> y = run(*t.ops, idx);
+    int differ = 0;
+    for (int i = 0; i < b; ++i) differ += !same(&y[i * width], &alone[idx[i] * width], width);
+    if (exact) {
+      CHECK_MESSAGE(differ == 0, op << ": rows of a batch of " << b << " differ from the row alone: " << differ);
+    } else {
+      const auto ref = gather(reference, idx, width);
+      CHECK(rel_err(y.data(), ref.data(), y.size()) < tol);
+      counts += " M=" + std::to_string(b) + ":" + std::to_string(differ) + "/" + std::to_string(b);
+    }
+  }
+  if (!exact) MESSAGE(t.spec.name << " threads " << t.threads << " " << op_name << " rows differing bitwise from alone:" << counts);
+}
+
+}  // namespace
+
+TEST_CASE("op tables: the registry lists the CPU tables; CUDA fails with one clear line") {
+  std::vector<std::string> names;
+  for (const auto& t : available_op_tables()) names.push_back(t.name);
+  CHECK(std::find(names.begin(), names.end(), "cpu-default") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "cpu-batch-invariant") != names.end());
+  for (const auto& t : available_op_tables()) {
+    auto ops = make_ops(t.device, t.mode, 2);
+    const OpsInfo i = ops->describe();
+    CHECK(i.name == t.name);
+    CHECK(i.mode == mode_name(t.mode));
+    CHECK(i.device == device_name(t.device));
+    CHECK(!i.isa.empty());
+    CHECK(!i.library.empty());
+    CHECK(i.threads == 2);
+  }
+  bool has_cuda = false;
+  for (const auto& t : available_op_tables()) has_cuda = has_cuda || t.device == Device::Cuda;
+  if (!has_cuda) {
+#ifdef REPRO_HAVE_CUDA
+    CHECK_THROWS_WITH_AS(make_ops(Device::Cuda, Mode::BatchInvariant, 1),
+                         doctest::Contains("--device cuda: the CUDA backend is not available yet"), BackendError);
+#else
+    CHECK_THROWS_WITH_AS(make_ops(Device::Cuda, Mode::BatchInvariant, 1),
+                         doctest::Contains("--device cuda: this repro-audit was built without CUDA"), BackendError);
+#endif
+  }
+}
+
+TEST_CASE("op tables: matmul and rmsnorm, every table, every batch size") {
+  struct Shape {
+    int N, K;
+  };
+  for (const Shape sh : {Shape{64, 64}, Shape{37, 100}, Shape{256, 288}}) {
+    const int N = sh.N, K = sh.K;
+    CAPTURE(N);
+    CAPTURE(K);
+    const auto x = nonzero(static_cast<size_t>(kPool) * K, 11 + K);
+    const auto w = nonzero(static_cast<size_t>(N) * K, 23 + N);
+    const auto g = nonzero(K, 5);
+    std::vector<float> mref(static_cast<size_t>(kPool) * N), nref(static_cast<size_t>(kPool) * K);
+    matmul_reference(x.data(), w.data(), mref.data(), kPool, N, K);
+    rmsnorm_reference(x.data(), g.data(), nref.data(), kPool, K, 1e-5f);
+    for (Table& t : tables()) {
+      const Weight W = t.ops->bind_weight({DType::F32, N, K, w.data()});
+      const Weight G = t.ops->bind_weight({DType::F32, 1, K, g.data()});
+      check_rows(t, "matmul", N, mref, t.invariant(), 1e-5f, [&](Ops& ops, const std::vector<int>& rows) {
+        const int M = static_cast<int>(rows.size());
+        Buffer xb = to_device(ops, gather(x, rows, K)), yb = ops.alloc(static_cast<size_t>(M) * N);
+        ops.matmul(xb, W, yb, M);
+        return to_host(ops, yb, static_cast<size_t>(M) * N);
+      });
+      check_rows(t, "rmsnorm", K, nref, t.invariant(), 1e-5f, [&](Ops& ops, const std::vector<int>& rows) {
+        const int M = static_cast<int>(rows.size());
+        Buffer xb = to_device(ops, gather(x, rows, K)), yb = ops.alloc(static_cast<size_t>(M) * K);
+        ops.rmsnorm(xb, G, yb, M, 1e-5f);
+        return to_host(ops, yb, static_cast<size_t>(M) * K);
+      });
+    }
+  }
+}
+
+TEST_CASE("op tables: matmul names the weight type it cannot read") {
+  const std::vector<float> x(8, 1.0f), w(16, 1.0f);
+  for (const auto& spec : available_op_tables()) {
+    auto ops = make_ops(spec.device, spec.mode, 1);
+    Buffer xb = to_device(*ops, x), yb = ops->alloc(2);
+    const Weight W = ops->bind_weight({DType::BF16, 2, 8, w.data()});
+    CHECK_THROWS_WITH_AS(ops->matmul(xb, W, yb, 1), doctest::Contains("weights of type BF16 are not supported"),
+                         BackendError);
+  }
+}
+
+TEST_CASE("op tables: KV store and attention over KV slots (GQA, contexts across the 256 chunk)") {
+  const int n_heads = 4, n_kv = 2, hd = 16, kv_dim = n_kv * hd, width = n_heads * hd, layers = 2;
+  // Every pool row is a sequence with its own context length (1..300), K/V and query.
+  std::mt19937 rng(3);
+  std::vector<int> n_ctx(kPool);
+  for (auto& n : n_ctx) n = 1 + static_cast<int>(rng() % 300);
+  n_ctx[0] = 256;
+  n_ctx[1] = 257;
+  std::vector<std::vector<float>> K(kPool), V(kPool);  // [layers][n_ctx][kv_dim] per sequence
+  for (int s = 0; s < kPool; ++s) {
+    K[s] = nonzero(static_cast<size_t>(layers) * n_ctx[s] * kv_dim, 100 + s);
+    V[s] = nonzero(static_cast<size_t>(layers) * n_ctx[s] * kv_dim, 700 + s);
+  }
+  const auto q = nonzero(static_cast<size_t>(kPool) * width, 9);
+  const int layer = 1;
+  std::vector<float> ref(static_cast<size_t>(kPool) * width);
+  {
+    std::vector<AttentionRow> rows(kPool);
+    for (int s = 0; s < kPool; ++s)
+      rows[s] = {q.data() + s * width, K[s].data() + static_cast<size_t>(layer) * n_ctx[s] * kv_dim,
+                 V[s].data() + static_cast<size_t>(layer) * n_ctx[s] * kv_dim, n_ctx[s], ref.data() + s * width};
+    attention_reference(rows.data(), kPool, {n_heads, n_kv, hd, kv_dim});
+  }
+  for (Table& t : tables()) {
+    Ops& ops = *t.ops;
+    ops.kv_configure(layers, kv_dim);
+    // Each sequence's K/V go in through kv_store, one position per row, every layer.
+    std::vector<int> slot(kPool);
+    for (int s = 0; s < kPool; ++s) {
+      slot[s] = ops.kv_acquire(n_ctx[s]);
+      std::vector<KvRow> rows(n_ctx[s]);
+      for (int p = 0; p < n_ctx[s]; ++p) rows[p] = {slot[s], p};
+      for (int l = 0; l < layers; ++l) {
+        std::vector<float> k(K[s].begin() + static_cast<size_t>(l) * n_ctx[s] * kv_dim,
+                             K[s].begin() + static_cast<size_t>(l + 1) * n_ctx[s] * kv_dim);
+        std::vector<float> v(V[s].begin() + static_cast<size_t>(l) * n_ctx[s] * kv_dim,
+                             V[s].begin() + static_cast<size_t>(l + 1) * n_ctx[s] * kv_dim);
+        Buffer kb = to_device(ops, k), vb = to_device(ops, v);
+        ops.kv_store(kb, vb, rows.data(), n_ctx[s], l);
+      }
+    }
+    check_rows(t, "attention", width, ref, t.invariant(), 1e-5f, [&](Ops& o, const std::vector<int>& rows) {
+      const int R = static_cast<int>(rows.size());
+      std::vector<KvRow> kv(R);
+      for (int i = 0; i < R; ++i) kv[i] = {slot[rows[i]], n_ctx[rows[i]] - 1};
+      Buffer qb = to_device(o, gather(q, rows, width)), out = o.alloc(static_cast<size_t>(R) * width);
+      o.attention(qb, kv.data(), R, layer, {n_heads, n_kv, hd}, out);
+      return to_host(o, out, static_cast<size_t>(R) * width);
+    });
+    // A copied slot attends exactly like its source (beam search forks).
+    const int copy = ops.kv_acquire(n_ctx[1]);
+    ops.kv_copy(copy, slot[1], n_ctx[1]);
+    std::vector<KvRow> a = {{slot[1], n_ctx[1] - 1}}, b = {{copy, n_ctx[1] - 1}};
+    Buffer qb = to_device(ops, gather(q, {1}, width)), oa = ops.alloc(width), ob = ops.alloc(width);
+    ops.attention(qb, a.data(), 1, layer, {n_heads, n_kv, hd}, oa);
+    ops.attention(qb, b.data(), 1, layer, {n_heads, n_kv, hd}, ob);
+    CHECK(same(to_host(ops, oa, width).data(), to_host(ops, ob, width).data(), width));
+    // Released slots are reused, not added.
+    const int before = ops.kv_slots();
+    ops.kv_release(copy);
+    ops.kv_release(slot[5]);
+    const int again = ops.kv_acquire(2);
+    CHECK((again == copy || again == slot[5]));
+    CHECK(ops.kv_slots() == before);
+  }
+}
+
+TEST_CASE("op tables: element-wise ops are bitwise row-independent and equal plain loops in every table") {
+  const int dim = 48, vocab = kPool, n_heads = 3, hd = 16;
+  const auto table = nonzero(static_cast<size_t>(vocab) * dim, 41);
+  const auto x = nonzero(static_cast<size_t>(kPool) * dim, 42);
+  const auto y = nonzero(static_cast<size_t>(kPool) * dim, 43);
+  std::vector<int> pos(kPool);
+  for (int r = 0; r < kPool; ++r) pos[r] = (r * 37) % 300;
+  const RopeDims rd{hd, 12, 10000.0f};  // rope_dim < head_dim: the tail of each head is untouched
+  // references, plain loops
+  std::vector<float> embed_ref = table;  // token r -> row r
+  std::vector<float> rope_ref = x, silu_ref(x.size()), add_ref(x.size());
+  for (int r = 0; r < kPool; ++r)
+    for (int h = 0; h < n_heads; ++h)
+      for (int i = 0; i < rd.rope_dim / 2; ++i) {
+        const float freq = 1.0f / std::pow(rd.theta, static_cast<float>(2 * i) / static_cast<float>(rd.rope_dim));
+        const float angle = static_cast<float>(pos[r]) * freq, c = std::cos(angle), s = std::sin(angle);
+        float* v = &rope_ref[static_cast<size_t>(r) * dim + h * hd];
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c - b * s;
+        v[2 * i + 1] = a * s + b * c;
+      }
+  for (size_t i = 0; i < x.size(); ++i) {
+    silu_ref[i] = x[i] / (1.0f + std::exp(-x[i])) * y[i];
+    add_ref[i] = x[i] + y[i];
+  }
+  for (Table& t : tables()) {
+    const Weight E = t.ops->bind_weight({DType::F32, vocab, dim, table.data()});
+    check_rows(t, "embed", dim, embed_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      Buffer out = ops.alloc(rows.size() * dim);
+      ops.embed(E, rows.data(), static_cast<int>(rows.size()), out);
+      return to_host(ops, out, rows.size() * dim);
+    });
+    check_rows(t, "rope", dim, rope_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      std::vector<int> p(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) p[i] = pos[rows[i]];
+      Buffer b = to_device(ops, gather(x, rows, dim));
+      ops.rope(b, p.data(), static_cast<int>(rows.size()), n_heads, rd);
+      return to_host(ops, b, rows.size() * dim);
+    });
+    check_rows(t, "silu_mul", dim, silu_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      Buffer g = to_device(ops, gather(x, rows, dim)), u = to_device(ops, gather(y, rows, dim));
+      ops.silu_mul(g, u, rows.size() * dim);
+      return to_host(ops, g, rows.size() * dim);
+    });
+    check_rows(t, "add", dim, add_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      Buffer a = to_device(ops, gather(x, rows, dim)), b = to_device(ops, gather(y, rows, dim));
+      ops.add(a, b, rows.size() * dim);
+      return to_host(ops, a, rows.size() * dim);
+    });
+    check_rows(t, "gather_rows", dim, x, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      Buffer src = to_device(ops, x), out = ops.alloc(rows.size() * dim);
+      ops.gather_rows(src, rows.data(), static_cast<int>(rows.size()), dim, out);
+      return to_host(ops, out, rows.size() * dim);
+    });
+    for (Precision p : {Precision::F32, Precision::BF16, Precision::F16}) {
+      std::vector<float> round_ref(x.size());
+      for (size_t i = 0; i < x.size(); ++i) round_ref[i] = round_to_precision(p, x[i]);
+      const std::string name = std::string("round_to ") + precision_name(p);
+      check_rows(t, name.c_str(), dim, round_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+        Buffer b = to_device(ops, gather(x, rows, dim));
+        ops.round_to(p, b, rows.size() * dim);
+        return to_host(ops, b, rows.size() * dim);
+      });
+    }
+  }
+}
+
+TEST_CASE("precision rounding: round to nearest even, bf16 and f16") {
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 -> even (1).
+  CHECK(round_to_precision(Precision::BF16, 1.0f + std::ldexp(1.0f, -8)) == 1.0f);
+  CHECK(round_to_precision(Precision::BF16, 1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+  CHECK(round_to_precision(Precision::BF16, 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) ==
+        1.0f + std::ldexp(1.0f, -7));
+  // f16 keeps 11 significant bits; 65520 rounds to inf, 65504 is the largest finite value.
+  CHECK(round_to_precision(Precision::F16, 1.0f + std::ldexp(1.0f, -11)) == 1.0f);
+  CHECK(round_to_precision(Precision::F16, 65504.0f) == 65504.0f);
+  CHECK(std::isinf(round_to_precision(Precision::F16, 65520.0f)));
+  CHECK(std::isnan(round_to_precision(Precision::BF16, std::nanf(""))));
+  CHECK(round_to_precision(Precision::F32, 0.1f) == 0.1f);
+  CHECK(round_to_precision(Precision::BF16, 0.1f) != 0.1f);
+}
