@@ -134,8 +134,8 @@ std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
     if (t.device == device && t.mode == mode) return t.make(threads);
   if (device == Device::Cuda) {
 #ifdef REPRO_HAVE_CUDA
-    throw BackendError("--device cuda: the CUDA backend is not available yet (this build finds the GPU but has no "
-                       "CUDA op tables); use --device cpu");
+    throw BackendError("--device cuda: the CUDA backend is not available yet (this build has the CUDA toolkit but "
+                       "no CUDA op tables); use --device cpu");
 #else
     throw BackendError("--device cuda: this repro-audit was built without CUDA (configure with -DREPRO_CUDA=ON on a "
                        "machine with the CUDA toolkit); use --device cpu");

@@ -11,6 +11,8 @@
 #include "repro/kernels/cuda.hpp"
 #endif
 #include "repro/audit/runner.hpp"
+#include "repro/engine/device.hpp"
+#include "repro/kernels/ops.hpp"
 #include "repro/common/version.hpp"
 
 extern "C" {
@@ -60,6 +62,11 @@ nlohmann::json environment_record(int threads) {
                            "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "GOTO_NUM_THREADS"})
     if (const char* v = std::getenv(name)) vars[name] = v;
   env["environment_variables"] = vars;
+  // Every op table this build has on this machine, as each describes itself.
+  nlohmann::json tables = nlohmann::json::array();
+  for (const auto& t : kernels::available_op_tables())
+    tables.push_back(to_json(kernels::make_ops(t.device, t.mode, threads < 1 ? 1 : threads)->describe()));
+  env["op_tables"] = tables;
 #ifdef REPRO_HAVE_CUDA
   const kernels::cuda::DeviceInfo d = kernels::cuda::device_info();
   env["gpu"] = {{"cuda_build", true}, {"device_count", d.device_count}, {"runtime_version", d.runtime_version},

@@ -92,7 +92,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
 
   // One engine per mode, reused across cells (each batch leaves it empty).
   std::vector<std::unique_ptr<Engine>> engines;
-  for (const auto& m : plan.modes) engines.push_back(std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads}));
+  for (const auto& m : plan.modes)
+    engines.push_back(std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads, ctl.device, ctl.precision}));
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);

@@ -22,15 +22,15 @@
 #include "repro/model/synth.hpp"
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
+#include "repro/cli/flags.hpp"
 
 namespace repro::cli {
 
 namespace {
 
 struct BenchOptions {
-  std::vector<std::string> models;
+  EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
   std::string batch_sizes = "1,8,32,64";
-  std::string threads = "1,2";
   int max_tokens = 64;
   int repeats = 3;
   double min_time = 0.5;
@@ -103,7 +103,7 @@ std::vector<GenRequest> make_batch(const Model& model, const std::string& probe,
 
 Measure measure(const Model& model, Mode mode, int threads, const std::vector<GenRequest>& reqs,
                 const BenchOptions& o) {
-  Engine engine(model, EngineOptions{mode, threads});
+  Engine engine(model, EngineOptions{mode, threads, o.engine.device_value(), o.engine.precision_value()});
   Measure m;
   double total = 0;
   for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
@@ -130,11 +130,13 @@ Measure measure(const Model& model, Mode mode, int threads, const std::vector<Ge
 
 int run_bench(const BenchOptions& o) {
   const std::vector<int> batches = parse_int_list(o.batch_sizes, "--batch-sizes");
-  const std::vector<int> threads = parse_int_list(o.threads, "--threads");
+  const std::vector<int> threads = o.engine.thread_counts();
+  const Device device = o.engine.device_value();
+  const Precision precision = o.engine.precision_value();
   if (o.max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
   if (o.repeats < 1) throw UsageError("--repeats must be at least 1");
 
-  std::vector<std::string> models = o.models;
+  std::vector<std::string> models = o.engine.models;
   if (models.empty()) {
     models.push_back(default_model_path());  // the embedded stories260K
     models.push_back(kSynth100m);
@@ -143,14 +145,24 @@ int run_bench(const BenchOptions& o) {
   const char* core = std::getenv("OPENBLAS_CORETYPE");
   fmt::print("repro-audit bench: CPU AVX2+FMA {}, OPENBLAS_CORETYPE={}, max-tokens {}, best of up to {} runs\n",
              kernels::cpu_has_avx2_fma() ? "yes" : "no", core ? core : "(unset)", o.max_tokens, o.repeats);
+  // Each op table says what it runs (validates the device before any model is loaded).
+  nlohmann::json tables = nlohmann::json::array();
+  for (Mode m : {Mode::Default, Mode::BatchInvariant}) {
+    const kernels::OpsInfo info = kernels::make_ops(device, m, threads.front())->describe();
+    fmt::print("  {}: {}, {}, precision {}\n", info.name, info.isa, info.library, precision_name(precision));
+    tables.push_back(to_json(info));
+  }
   nlohmann::json jout = {{"max_tokens", o.max_tokens},
                          {"avx2_fma", kernels::cpu_has_avx2_fma()},
                          {"openblas_coretype", core ? core : ""},
+                         {"device", device_name(device)},
+                         {"precision", precision_name(precision)},
+                         {"op_tables", tables},
                          {"rows", nlohmann::json::array()}};
   bool all_ok = true;
   for (const std::string& spec : models) {
     const std::string path = spec == kSynth100m ? synth_100m_path() : spec;
-    auto model = load_model(path);
+    auto model = load_model(path, o.engine.tokenizer);
     const ModelConfig& c = model->config;
     const std::string name = std::filesystem::path(path).filename().string();
     const int probe_len = static_cast<int>(model->tokenizer->encode(o.prompt, true).size());
@@ -200,7 +212,7 @@ int run_bench(const BenchOptions& o) {
       }
     }
     fmt::print("validation: batch-invariant probe {} across batch sizes {} and threads {} (logits sha256 {}...)\n",
-               inv_ok ? "bit-identical" : "NOT identical", o.batch_sizes, o.threads, ref_sha.substr(0, 16));
+               inv_ok ? "bit-identical" : "NOT identical", o.batch_sizes, o.engine.threads, ref_sha.substr(0, 16));
     all_ok = all_ok && inv_ok;
   }
   jout["invariant_validated"] = all_ok;
@@ -218,11 +230,16 @@ void setup_bench(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<BenchOptions>();
   auto* sub = parent.add_subcommand(
       "bench", "Tokens/s of default vs batch-invariant mode per batch size and thread count (validated first)");
-  sub->add_option("--model", o->models,
-                  "Model file (repeatable; 'synth:100m' = the synthesized ~100M model; default: "
-                  "../shared/models/stories260K.gguf when present, and synth:100m)");
+  EngineFlagSpec spec;
+  spec.model_repeatable = true;
+  spec.mode = false;  // both modes, side by side
+  spec.threads_list = true;
+  spec.model_help =
+      "Model file (repeatable; 'synth:100m' = the synthesized ~100M model; default: the embedded "
+      "stories260K and synth:100m)";
+  o->engine.threads = "1,2";
+  add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes")->capture_default_str();
-  sub->add_option("--threads", o->threads, "Comma-separated engine thread counts")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens each sequence generates")->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Best of up to this many runs per cell")->capture_default_str();
   sub->add_option("--min-time", o->min_time, "Stop repeating a cell after this many seconds")->capture_default_str();

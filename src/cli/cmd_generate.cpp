@@ -9,13 +9,15 @@
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/cli/commands.hpp"
+#include "repro/cli/flags.hpp"
 
 namespace repro::cli {
 
 namespace {
 struct GenerateOptions {
-  std::string model, tokenizer, prompt = "Once upon a time", mode = "batch-invariant";
-  int max_tokens = 32, batch_size = 1, position = 0, threads = 1, beam_width = 0;
+  EngineFlags engine;
+  std::string prompt = "Once upon a time";
+  int max_tokens = 32, batch_size = 1, position = 0, beam_width = 0;
   uint64_t seed = 0, filler_seed = 1;
   float temperature = 0, top_p = 1;
   int top_k = 0;
@@ -24,11 +26,9 @@ struct GenerateOptions {
 };
 
 int run_generate(const GenerateOptions& o) {
-  Mode mode = parse_mode(o.mode);
-  if (o.threads < 1) throw UsageError("--threads must be at least 1");
-  std::string path = o.model.empty() ? default_model_path() : o.model;
-  auto model = load_model(path, o.tokenizer);
-  EngineOptions eo{mode, o.threads};
+  const EngineOptions eo = o.engine.engine_options();
+  std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
+  auto model = load_model(path, o.engine.tokenizer);
   GenRequest req;
   req.prompt = model->tokenizer->encode(o.prompt, true);
   req.params.max_tokens = o.max_tokens;
@@ -42,17 +42,20 @@ int run_generate(const GenerateOptions& o) {
   if (o.top_k < 0) throw UsageError("--top-k must be >= 0");
 
   BatchRun run;
-  if (o.beam_width > 0) {
-    if (o.batch_size != 1) throw UsageError("--beam-width decodes its beams as the batch; drop --batch-size");
-    run.probe = beam_search(*model, eo, req.prompt, o.beam_width, o.max_tokens);
-  } else {
-    Engine engine(*model, eo);
+  if (o.beam_width > 0 && o.batch_size != 1)
+    throw UsageError("--beam-width decodes its beams as the batch; drop --batch-size");
+  Engine engine(*model, eo);
+  if (o.beam_width > 0)
+    run.probe = engine.beam_search(req.prompt, o.beam_width, o.max_tokens);
+  else
     run = run_in_batch(engine, req, BatchContext{o.batch_size, o.position, o.filler_seed});
-  }
   const GenResult& r = run.probe;
   if (o.json) {
     nlohmann::json j = {{"model", path},
-                        {"mode", mode_name(mode)},
+                        {"mode", mode_name(eo.mode)},
+                        {"device", device_name(eo.device)},
+                        {"precision", precision_name(eo.precision)},
+                        {"op_table", engine.describe().name},
                         {"prompt", o.prompt},
                         {"prompt_ids", req.prompt},
                         {"text", r.text},
@@ -76,11 +79,9 @@ int run_generate(const GenerateOptions& o) {
 void setup_generate(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<GenerateOptions>();
   auto* sub = parent.add_subcommand("generate", "Generate one completion with the local engine");
-  sub->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)");
-  sub->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
+  add_engine_flags(*sub, o->engine);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
-  sub->add_option("--mode", o->mode, "Kernel mode: default | batch-invariant")->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "Decode inside a real batch of this many sequences")->capture_default_str();
   sub->add_option("--position", o->position, "The prompt's row in the batch (0-based)")->capture_default_str();
   sub->add_option("--filler-seed", o->filler_seed, "Seed that draws the filler sequences")->capture_default_str();
@@ -90,7 +91,6 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   sub->add_option("--top-p", o->top_p, "Top-p (1 = off)")->capture_default_str();
   sub->add_option("--stop", o->stop, "Stop string (repeatable)");
   sub->add_option("--beam-width", o->beam_width, "Beam search with this width (0 = off)")->capture_default_str();
-  sub->add_option("--threads", o->threads, "Engine threads")->capture_default_str();
   sub->add_flag("--json", o->json, "JSON output: token ids, chosen-token logprobs, SHA-256 of the final logits");
   sub->callback([o, &runner] { runner = [o] { return run_generate(*o); }; });
 }

@@ -15,6 +15,7 @@
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/compliance/sign.hpp"
+#include "repro/cli/flags.hpp"
 
 namespace repro::cli {
 
@@ -27,9 +28,10 @@ extern "C" void on_sigint(int) {
 }
 
 struct RunOptions {
-  std::string model, tokenizer, profile = "quick", prompts_file, out = "repro-audit-report", format;
+  EngineFlags engine;  // --model --tokenizer --device --threads --precision (modes: --modes)
+  std::string profile = "quick", prompts_file, out = "repro-audit-report", format;
   std::vector<std::string> prompts;
-  int repeats = 0, max_tokens = 0, filler_sets = 0, threads = 0, max_divergent = 0;
+  int repeats = 0, max_tokens = 0, filler_sets = 0, max_divergent = 0;
   double min_tarr = 0, max_error_rate = 0;
   std::string modes, batch_sizes, positions, temperatures, top_p, top_k, seeds, gate_modes;
   std::string answer_regex, answer_json_path, resume, baseline, sign_key;
@@ -88,7 +90,7 @@ PlanOptions build_plan(const RunOptions& o) {
   if (o.given("--repeats")) p.repeats = o.repeats;
   if (o.given("--max-tokens")) p.max_tokens = o.max_tokens;
   if (o.given("--filler-sets")) p.filler_sets = o.filler_sets;
-  if (o.given("--threads")) p.threads = o.threads;
+  if (o.given("--threads")) p.threads = o.engine.thread_count();
   if (o.given("--modes")) p.modes = csv_str("--modes", o.modes);
   if (o.given("--batch-sizes")) p.batch_sizes = csv_int("--batch-sizes", o.batch_sizes);
   if (o.given("--positions")) {
@@ -165,7 +167,9 @@ int run_run(const RunOptions& o) {
   AuditReport report;
   PlanOptions plan;
   std::string out_dir = o.out;
-  std::string model_path = o.model, tokenizer_path = o.tokenizer;
+  std::string model_path = o.engine.model(), tokenizer_path = o.engine.tokenizer;
+  Device device = o.engine.device_value();
+  Precision precision = o.engine.precision_value();
   if (!o.resume.empty()) {
     // Continue an interrupted run: its plan, model and finished completions come from its directory.
     out_dir = o.resume;
@@ -177,6 +181,12 @@ int run_run(const RunOptions& o) {
     plan = plan_from_report(report);
     if (report.environment.contains("model") && !o.given("--model"))
       model_path = report.environment["model"].value("path", "");
+    if (report.environment.contains("engine")) {  // the engine the run started with
+      const nlohmann::json& e = report.environment["engine"];
+      if (!o.given("--device")) device = parse_device(e.value("device", "cpu"), "--resume: engine.device");
+      if (!o.given("--precision"))
+        precision = parse_precision(e.value("precision", "f32"), "--resume: engine.precision");
+    }
     report.cases.clear();
     report.summary = Summary{};
   } else {
@@ -195,6 +205,8 @@ int run_run(const RunOptions& o) {
   std::unique_ptr<Model> model;
   if (remote) {
     if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
+    if (o.given("--device") || o.given("--precision"))
+      throw UsageError("--device and --precision set the local engine; drop them with --endpoint");
     endpoints = build_endpoints(o);
     validate_plan(plan, -1);
   } else {
@@ -226,6 +238,9 @@ int run_run(const RunOptions& o) {
                                    {"arch", model->config.arch},
                                    {"parameters", model->n_params},
                                    {"tokenizer", model->tokenizer->kind()}};
+    std::vector<Mode> modes;
+    for (const auto& m : plan.modes) modes.push_back(parse_mode(m, "--modes"));
+    report.environment["engine"] = engine_record(device, precision, modes, plan.threads);
     digests["model_sha256"] = model->file_sha256;
   } else {
     nlohmann::json eps = nlohmann::json::array();
@@ -240,6 +255,8 @@ int run_run(const RunOptions& o) {
   g_stop = false;
   auto old = std::signal(SIGINT, on_sigint);
   RunControl ctl;
+  ctl.device = device;
+  ctl.precision = precision;
   ctl.stop = &g_stop;
   ctl.progress = !o.quiet;
   std::string checkpoint = out_dir == "-" ? "" : (fs::path(out_dir) / "checkpoint.json").string();
@@ -299,8 +316,9 @@ void setup_run(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<RunOptions>();
   auto* s = parent.add_subcommand("run", "Replay prompts across batch contexts, modes and seeds; report divergence (default)");
   o->app = s;
-  s->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)");
-  s->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
+  EngineFlagSpec engine_spec;
+  engine_spec.mode = false;  // --modes, a list in the plan
+  add_engine_flags(*s, o->engine, engine_spec);
   s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance) or JSON path")
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
@@ -315,7 +333,6 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--top-p", o->top_p, "top-p values, comma-separated");
   s->add_option("--top-k", o->top_k, "top-k values, comma-separated");
   s->add_option("--seeds", o->seeds, "Sampling seeds, comma-separated");
-  s->add_option("--threads", o->threads, "Engine threads");
   s->add_option("--max-divergent", o->max_divergent, "Cases allowed to diverge per gated mode before exit 1");
   s->add_option("--min-tarr", o->min_tarr, "Minimum share of cases with TARr (all outputs identical) per gated mode");
   s->add_option("--gate-modes", o->gate_modes, "Modes or endpoint labels the thresholds apply to (default: profile's)");

@@ -14,19 +14,17 @@
 #include "repro/model/default_model.hpp"
 #include "repro/serve/server.hpp"
 #include "repro/cli/commands.hpp"
+#include "repro/cli/flags.hpp"
 
 namespace repro::cli {
 
 namespace {
 
 struct ServeOptions {
-  std::string model;
-  std::string tokenizer;
-  std::string mode = "batch-invariant";
+  EngineFlags engine;
   std::string host = "127.0.0.1";
   int port = 8000;
   int max_batch = 32;
-  int threads = 1;
   std::string api_key_env;
   size_t max_body_bytes = 1 << 20;
   int max_tokens_limit = 4096;
@@ -39,10 +37,7 @@ bool is_loopback(const std::string& host) {
 }
 
 int run_serve(const ServeOptions& o) {
-  EngineOptions eopts;
-  eopts.mode = parse_mode(o.mode, "--mode");
-  eopts.threads = o.threads;
-  if (o.threads < 1) throw UsageError("--threads must be at least 1");
+  const EngineOptions eopts = o.engine.engine_options();
 
   ServerOptions sopts;
   sopts.host = o.host;
@@ -64,12 +59,12 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "warning: --host %s accepts connections from other machines and no --api-key-env is set\n",
                  o.host.c_str());
 
-  std::string model_path = o.model;
+  std::string model_path = o.engine.model();
   if (model_path.empty()) {  // the embedded default model, served under its own name
     model_path = default_model_path();
     if (sopts.model_name.empty()) sopts.model_name = "stories260K";
   }
-  std::unique_ptr<Model> model = load_model(model_path, o.tokenizer);
+  std::unique_ptr<Model> model = load_model(model_path, o.engine.tokenizer);
 
   // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit this mask) and taken
   // here with sigwait, so shutdown runs in plain code, not in a signal handler.
@@ -88,8 +83,9 @@ int run_serve(const ServeOptions& o) {
       pthread_sigmask(SIG_SETMASK, &old, nullptr);
       throw;
     }
-    std::printf("listening on %s (mode %s, model %s)\n", server.url().c_str(), mode_name(eopts.mode),
-                server.model_name().c_str());
+    std::printf("listening on %s (mode %s, model %s) on %s, precision %s\n", server.url().c_str(),
+                mode_name(eopts.mode), server.model_name().c_str(), device_name(eopts.device),
+                precision_name(eopts.precision));
     std::fflush(stdout);
     sigwait(&sigs, &sig);
     std::fprintf(stderr, "serve: %s received, finishing in-flight requests and shutting down\n",
@@ -112,10 +108,9 @@ void setup_serve(CLI::App& parent, Runner& runner) {
       "Serve the local engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
       "streaming and not, /v1/models, /health) with continuous batching. Responses carry a\n"
       "system_fingerprint (engine version, mode, model SHA-256) and the generated token ids.");
-  sub->add_option("--model", o->model, "GGUF or llama2.c .bin model (default: the embedded stories260K)")
-      ->check(CLI::ExistingFile);
-  sub->add_option("--tokenizer", o->tokenizer, "Tokenizer file for a llama2.c model (default: beside it)");
-  sub->add_option("--mode", o->mode, "Engine mode: batch-invariant or default")->capture_default_str();
+  EngineFlagSpec spec;
+  spec.model_must_exist = true;
+  add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")
       ->check(CLI::Range(0, 65535))
@@ -123,7 +118,6 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   sub->add_option("--max-batch", o->max_batch, "Most sequences decoding together")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  sub->add_option("--threads", o->threads, "Engine threads")->check(CLI::Range(1, 1024))->capture_default_str();
   sub->add_option("--api-key-env", o->api_key_env,
                   "Require 'Authorization: Bearer <key>' with the key read from this environment variable");
   sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (else 413)")

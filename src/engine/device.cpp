@@ -50,4 +50,18 @@ Precision parse_precision(const std::string& s, const char* flag) {
   return parse(kPrecisions, s, flag, "precision");
 }
 
+nlohmann::json to_json(const kernels::OpsInfo& i) {
+  return {{"name", i.name}, {"device", i.device}, {"mode", i.mode},
+          {"isa", i.isa},   {"library", i.library}, {"threads", i.threads}};
+}
+
+nlohmann::json engine_record(Device device, Precision precision, const std::vector<Mode>& modes, int threads) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (Mode m : modes) tables.push_back(to_json(kernels::make_ops(device, m, threads)->describe()));
+  return {{"device", device_name(device)},
+          {"precision", precision_name(precision)},
+          {"threads", threads},
+          {"op_tables", tables}};
+}
+
 }  // namespace repro

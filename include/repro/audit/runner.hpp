@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/remote/remote.hpp"
@@ -14,6 +15,8 @@
 namespace repro {
 
 struct RunControl {
+  Device device = Device::Cpu;                    // the local engine's device and activation precision
+  Precision precision = Precision::F32;           // (modes and threads come from the plan)
   const std::atomic<bool>* stop = nullptr;       // Ctrl-C: finish the current cell, then return
   bool progress = false;                          // progress bar with ETA on stderr
   std::function<void(const AuditReport&)> checkpoint;  // called every few seconds with the partial report

@@ -1,7 +1,9 @@
 // Names of the engine's device, mode and precision, as flags, reports and errors spell them.
 // The enums live with the op tables (repro/kernels/ops.hpp); this is their text form.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "repro/kernels/ops.hpp"
 
@@ -14,5 +16,11 @@ const char* precision_name(Precision p);  // "f32" / "bf16" / "f16"
 Mode parse_mode(const std::string& s, const char* flag = "--mode");
 Device parse_device(const std::string& s, const char* flag = "--device");
 Precision parse_precision(const std::string& s, const char* flag = "--precision");
+
+// The engine block of a report's environment record: device, precision, threads, and what each
+// mode's op table says about itself (kernels::Ops::describe: name, ISA or GPU, library).
+// Throws BackendError when the device is not available.
+nlohmann::json engine_record(Device device, Precision precision, const std::vector<Mode>& modes, int threads);
+nlohmann::json to_json(const kernels::OpsInfo& info);
 
 }  // namespace repro

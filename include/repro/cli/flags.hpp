@@ -1,0 +1,41 @@
+// The engine flags, declared once and shared by generate, run, bench and serve:
+//   --model --tokenizer --device --mode --threads --precision
+// Each subcommand says which variant it takes (EngineFlagSpec); the names, help texts and parsing
+// live in src/cli/flags.cpp only.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "repro/engine/engine.hpp"
+
+namespace repro::cli {
+
+struct EngineFlags {
+  std::vector<std::string> models;  // --model (repeatable only where the spec says so)
+  std::string tokenizer;
+  std::string device = "cpu";
+  std::string mode = "batch-invariant";
+  std::string precision = "f32";
+  std::string threads = "1";
+
+  std::string model() const { return models.empty() ? std::string() : models.front(); }
+  // device, mode, one thread count and precision, parsed; UsageError names the flag.
+  EngineOptions engine_options() const;
+  Device device_value() const;
+  Precision precision_value() const;
+  int thread_count() const;                // --threads as one number >= 1
+  std::vector<int> thread_counts() const;  // --threads as a comma-separated list (bench)
+};
+
+struct EngineFlagSpec {
+  bool model_must_exist = false;  // serve: a given model file is checked while parsing
+  bool model_repeatable = false;  // bench: several models side by side
+  bool mode = true;               // false: the subcommand takes its modes elsewhere (run --modes, bench: both)
+  bool threads_list = false;      // bench: --threads is a comma-separated list
+  const char* model_help = "GGUF or llama2.c .bin model (default: the embedded stories260K)";
+};
+
+void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec = {});
+
+}  // namespace repro::cli

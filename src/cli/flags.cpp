@@ -1,0 +1,60 @@
+// The engine flags, declared once (see repro/cli/flags.hpp).
+#include "repro/cli/flags.hpp"
+
+#include <cstdlib>
+
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+
+namespace repro::cli {
+
+void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec) {
+  auto* model = sub.add_option("--model", f.models, spec.model_help);
+  if (!spec.model_repeatable) model->multi_option_policy(CLI::MultiOptionPolicy::Throw)->expected(1);
+  if (spec.model_must_exist) model->check(CLI::ExistingFile);
+  sub.add_option("--tokenizer", f.tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
+  sub.add_option("--device", f.device, "Device the engine runs on: cpu | cuda")->capture_default_str();
+  if (spec.mode)
+    sub.add_option("--mode", f.mode, "Kernel mode: default | batch-invariant")->capture_default_str();
+  sub.add_option("--threads", f.threads,
+                 spec.threads_list ? "Comma-separated engine thread counts" : "Engine threads")
+      ->capture_default_str();
+  sub.add_option("--precision", f.precision,
+                 "Activation precision between ops (matmul, attention and norm outputs, KV cache): f32 | bf16 | f16")
+      ->capture_default_str();
+}
+
+Device EngineFlags::device_value() const { return parse_device(device, "--device"); }
+Precision EngineFlags::precision_value() const { return parse_precision(precision, "--precision"); }
+
+std::vector<int> EngineFlags::thread_counts() const {
+  std::vector<int> out;
+  for (const std::string& part : split(threads, ',')) {
+    const std::string t = trim(part);
+    char* end = nullptr;
+    const long v = std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || v < 1 || v > 1024)
+      throw UsageError("--threads '" + threads + "': expected thread counts from 1 to 1024" +
+                       (threads.find(',') == std::string::npos ? "" : ", comma-separated"));
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw UsageError("--threads is empty: give a thread count, e.g. 1");
+  return out;
+}
+
+int EngineFlags::thread_count() const {
+  if (threads.find(',') != std::string::npos)
+    throw UsageError("--threads '" + threads + "': give one thread count here (lists are for bench)");
+  return thread_counts().front();
+}
+
+EngineOptions EngineFlags::engine_options() const {
+  EngineOptions o;
+  o.mode = parse_mode(mode, "--mode");
+  o.threads = thread_count();
+  o.device = device_value();
+  o.precision = precision_value();
+  return o;
+}
+
+}  // namespace repro::cli
