@@ -6,6 +6,8 @@
 //   *_invariant  the batch-invariant fast path (SIMD, blocking, threads over outputs); bitwise
 //                equal to *_reference for every row, whatever the batch size, batch mates,
 //                position in batch or thread count.
+// The engine does not call these directly: the CPU op tables (kernels/ops_cpu.cpp) do, behind the
+// op table of repro/kernels/ops.hpp.
 #pragma once
 #include "repro/common/threadpool.hpp"
 
