@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 
 #include "repro/audit/analysis.hpp"
@@ -165,6 +167,123 @@ TEST_CASE("from_json rejects bad input with the file name") {
   CHECK_THROWS_WITH_AS(from_json(R"({"schema":"repro-audit/report/v1","cases":[{"n":"three"}]})", "t.json"),
                        doctest::Contains("report 't.json': cases[0].n: expected an integer"), UsageError);
   CHECK_THROWS_WITH_AS(from_json("[]", "arr.json"), doctest::Contains("arr.json"), UsageError);
+}
+
+TEST_CASE("the stored fixture reads and writes back byte for byte") {
+  // The checked-in file, not a freshly built report: a reader that drops or changes any field
+  // (or a writer that formats a number differently) breaks this.
+  std::string text = read_file((kData / "report-small.json").string());
+  AuditReport r = load_report((kData / "report-small.json").string());
+  CHECK(to_json(r) == text);
+  CHECK(to_json(from_json(to_json(r), "again.json")) == text);
+  CHECK(verify_report_digest(text));
+  // the type mapping gives the same document as the writer (less the report's own digest)
+  nlohmann::json doc = nlohmann::json::parse(text);
+  nlohmann::json mapped = r;
+  CHECK(report_digest_view(doc) == mapped);
+  CHECK(report_digest(mapped) == doc["digests"]["report_sha256"]);
+}
+
+TEST_CASE("schema: every structure maps to JSON and back through nlohmann/json") {
+  Completion c;
+  c.prompt_id = "p";
+  c.decoding_id = "t0.7-s3";
+  c.mode = "vllm";
+  c.batch_size = 64;
+  c.position = 3;
+  c.filler_set = "f2";
+  c.filler_ids = {"a", "b"};
+  c.seed = 18446744073709551615ull;
+  c.repeat = 4;
+  c.cache_state = "warm";
+  c.tokens_known = false;
+  c.tokens = {1, 2};
+  c.text = "hi";
+  c.logprobs = {-0.5f, -std::numeric_limits<float>::infinity()};
+  c.logits_sha256 = "ab";
+  c.finish_reason = "stop";
+  c.latency_s = 0.25;
+  c.ttft_s = 0.125;
+  c.tokens_per_s = 8;
+  c.prompt_tokens = 7;
+  c.completion_tokens = 2;
+  c.system_fingerprint = "fp";
+  c.response_model = "m";
+  c.response_id = "id";
+  c.created = 1700000000;
+  c.error = "";
+  c.attempts = 3;
+  nlohmann::json j = c;
+  CHECK(j.size() == 27);
+  CHECK(j["decoding"] == "t0.7-s3");
+  CHECK(j["logprobs"][1].is_null());  // -inf has no JSON form
+  Completion back = j.get<Completion>();
+  CHECK(nlohmann::json(back) == j);
+  CHECK(back.seed == c.seed);
+  CHECK(std::isinf(back.logprobs[1]));
+
+  AuditReport r = small_report();
+  for (const auto& cs : r.cases) CHECK(nlohmann::json(nlohmann::json(cs).get<CaseResult>()) == nlohmann::json(cs));
+  CHECK(nlohmann::json(nlohmann::json(r.summary).get<Summary>()) == nlohmann::json(r.summary));
+  CHECK(nlohmann::json(nlohmann::json(r.thresholds).get<Thresholds>()) == nlohmann::json(r.thresholds));
+  DecodingConfig d{"t1-p0.9-k5", 1.0, 0.9, 5, 17};
+  auto dj = nlohmann::json(d).get<DecodingConfig>();
+  CHECK(dj.id == d.id);
+  CHECK(dj.top_p == 0.9);
+  CHECK(dj.top_k == 5);
+  CHECK(dj.max_tokens == 17);
+
+  // the answer fields exist only with an extractor
+  CaseResult plain;
+  CHECK_FALSE(nlohmann::json(plain).contains("tara"));
+  CHECK_FALSE(nlohmann::json(plain).contains("answer_unique"));
+  plain.tara = true;
+  CHECK(nlohmann::json(plain)["answer_unique"] == 0);
+  // missing fields keep the structure's defaults
+  Cluster k = nlohmann::json::object().get<Cluster>();
+  CHECK(k.first_divergence_token == -1);
+  CHECK(k.bit_variants == 1);
+  CHECK_FALSE(k.answer.has_value());
+}
+
+TEST_CASE("schema: a wrong field names its path") {
+  auto bad = [](const std::string& doc) {
+    try {
+      from_json(doc, "x.json");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = R"({"schema":"repro-audit/report/v1",)";
+  CHECK(bad(head + R"("cases":[{},{"clusters":[{"members":[1,"2"]}]}]})")
+            .find("report 'x.json': cases[1].clusters[0].members[1]: expected an integer") == 0);
+  CHECK(bad(head + R"("prompts":{"p1":3}})").find("report 'x.json': prompts.p1: expected a string") == 0);
+  CHECK(bad(head + R"("completions":[{"seed":-1}]})").find("completions[0].seed: expected a non-negative integer") !=
+        std::string::npos);
+  CHECK(bad(head + R"("summary":{"modes":[{"gated":1}]}})").find("summary.modes[0].gated: expected true or false") !=
+        std::string::npos);
+  CHECK(bad(head + R"("throughput":[{"batch_size":4294967296}]})").find("throughput[0].batch_size: integer out of range") !=
+        std::string::npos);
+  CHECK(bad(head + R"("cases":{}})").find("cases: expected an array") != std::string::npos);
+  CHECK(bad(head + R"("summary":[]})").find("; give a report.json written by repro-audit") != std::string::npos);
+  CHECK_THROWS_WITH_AS(nlohmann::json({{"n", "three"}}).get<CaseResult>(), "n: expected an integer", UsageError);
+}
+
+TEST_CASE("canonical form and the report digest") {
+  nlohmann::json j = {{"b", 1}, {"a", {{"z", 0.1}, {"y", std::nan("")}}}, {"c", "\xff\xfe ok"}};
+  CHECK(canonical_json_compact(j) == "{\"a\":{\"y\":null,\"z\":0.1},\"b\":1,\"c\":\"\xEF\xBF\xBD\xEF\xBF\xBD ok\"}");
+  CHECK(canonical_json(nlohmann::json{{"k", 1.0}}) == "{\n  \"k\": 1.0\n}\n");
+  CHECK(report_digest_excluded() == std::vector<std::string>{"/digests/report_sha256"});
+  nlohmann::json doc = {{"x", 1}, {"digests", {{"report_sha256", "old"}, {"prompts_sha256", "p"}}}};
+  nlohmann::json without = {{"x", 1}, {"digests", {{"prompts_sha256", "p"}}}};
+  CHECK(report_digest_view(doc) == without);
+  CHECK(report_digest(doc) == sha256_hex(canonical_json_compact(without)));
+  doc["digests"]["report_sha256"] = "other";  // the excluded field does not change the digest
+  CHECK(report_digest(doc) == report_digest(without));
+  doc["x"] = 2;
+  CHECK(report_digest(doc) != report_digest(without));
+  CHECK(report_digest(nlohmann::json::array({1})) == sha256_hex("[1]"));
 }
 
 TEST_CASE("Markdown, HTML, JUnit and terminal writers: expected output") {

@@ -7,27 +7,25 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/report/canonical.hpp"
+#include "repro/report/schema.hpp"
 
 namespace repro {
 
-// ---- JSON (src/report/json.cpp, json_read.cpp)
-// Canonical JSON: sorted keys, numbers as nlohmann/json prints them (shortest round-trip), strings
-// as UTF-8 (invalid bytes become U+FFFD), 2-space indent, trailing newline. "digests.report_sha256"
-// is the SHA-256 of the compact dump (no whitespace) of the same document without that one field.
-// These two functions are the one implementation of that form (report writer, digest, signing).
-std::string canonical_json(const nlohmann::json& j);          // the file form (indented, final newline)
-std::string canonical_json_compact(const nlohmann::json& j);  // the digest form (no whitespace)
+// ---- JSON (src/report/json.cpp; fields in src/report/schema.cpp, bytes in src/report/canonical.cpp)
+// The report document in canonical file form (repro/report/canonical.hpp), with
+// digests.report_sha256 = report_digest() of the same document.
 std::string to_json(const AuditReport& report);
-nlohmann::json to_json_value(const AuditReport& report);  // without digests.report_sha256
+nlohmann::json to_json_value(const AuditReport& report);  // json(report): without digests.report_sha256
 // Parses a report written by to_json. Throws UsageError naming `path_for_errors` on bad JSON, a wrong
-// schema or a field of the wrong type.
+// schema or a field of the wrong type (with the field's path, e.g. "cases[0].n: expected an integer").
 AuditReport from_json(const std::string& text, const std::string& path_for_errors);
 // read_file + from_json.
 AuditReport load_report(const std::string& path);
 // True when the stored digests.report_sha256 matches the content. `stored`/`actual` receive both.
 bool verify_report_digest(const std::string& text, std::string* stored = nullptr, std::string* actual = nullptr);
 
-// ---- other formats
+// ---- other formats (src/report/formats.cpp: write_reports, parse_formats)
 std::string to_markdown(const AuditReport& report);  // src/report/markdown.cpp
 std::string to_html(const AuditReport& report);      // src/report/html.cpp: one file, no network
 std::string to_junit(const AuditReport& report);     // src/report/junit.cpp: one testcase per case

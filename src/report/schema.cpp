@@ -1,0 +1,436 @@
+// The report schema, written once. Each structure of include/repro/audit/result.hpp has one
+// describe() below that lists its JSON fields in the order of docs/REPORT-SCHEMA.md; the same list
+// drives the writer (Writer) and the reader (Reader), and nlohmann/json's type mapping
+// (to_json / from_json) is defined on top of it. Key order in the output is irrelevant: objects are
+// sorted (canonical form, repro/report/canonical.hpp).
+#include "repro/report/schema.hpp"
+
+#include <cmath>
+#include <concepts>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/report/canonical.hpp"
+
+namespace repro {
+
+using nlohmann::json;
+
+namespace {
+
+// A read failure: `where` is the field path below the value being read, ready to append to the
+// path above it: ".cases[0].n".
+struct SchemaError {
+  std::string where, why;
+};
+
+template <class T, class U>
+concept Is = std::same_as<std::remove_const_t<T>, U>;
+
+// Field options.
+enum Opt : unsigned {
+  kPlain = 0,
+  kEmptyObjectIfNull = 1,  // write a null json value as {}
+};
+
+// ============================================================================ the schema
+// v(key, member) declares one field; v.only_if(cond, key, member) a field written only when cond
+// holds (read whenever present). Members missing from a list are not part of the report.
+
+template <class V, Is<DecodingConfig> T>
+void describe(V& v, T& x) {
+  v("id", x.id);
+  v("temperature", x.temperature);
+  v("top_p", x.top_p);
+  v("top_k", x.top_k);
+  v("max_tokens", x.max_tokens);
+}
+
+template <class V, Is<Completion> T>
+void describe(V& v, T& x) {
+  v("prompt_id", x.prompt_id);
+  v("decoding", x.decoding_id);
+  v("mode", x.mode);
+  v("batch_size", x.batch_size);
+  v("position", x.position);
+  v("filler_set", x.filler_set);
+  v("filler_ids", x.filler_ids);
+  v("seed", x.seed);
+  v("repeat", x.repeat);
+  v("cache_state", x.cache_state);
+  v("tokens_known", x.tokens_known);
+  v("tokens", x.tokens);
+  v("text", x.text);
+  v("logprobs", x.logprobs);
+  v("logits_sha256", x.logits_sha256);
+  v("finish_reason", x.finish_reason);
+  v("latency_s", x.latency_s);
+  v("ttft_s", x.ttft_s);
+  v("tokens_per_s", x.tokens_per_s);
+  v("prompt_tokens", x.prompt_tokens);
+  v("completion_tokens", x.completion_tokens);
+  v("system_fingerprint", x.system_fingerprint);
+  v("response_model", x.response_model);
+  v("response_id", x.response_id);
+  v("created", x.created);
+  v("error", x.error);
+  v("attempts", x.attempts);
+}
+
+template <class V, Is<Cluster> T>
+void describe(V& v, T& x) {
+  v("hash", x.hash);
+  v("count", x.count);
+  v("majority", x.majority);
+  v("members", x.members);
+  v("text", x.text);
+  v("tokens", x.tokens);
+  v("first_divergence_token", x.first_divergence_token);
+  v("first_divergence_char", x.first_divergence_char);
+  v("majority_token", x.majority_token);
+  v("cluster_token", x.cluster_token);
+  v("majority_logprob", x.majority_logprob);
+  v("cluster_logprob", x.cluster_logprob);
+  v("family", x.family);
+  v("distance_to_majority", x.distance_to_majority);
+  v("bit_variants", x.bit_variants);
+  v("answer", x.answer);
+}
+
+template <class V, Is<FactorTable> T>
+void describe(V& v, T& x) {
+  v("factor", x.factor);
+  v("values", x.values);
+  v("counts", x.counts);
+  v("explains", x.explains);
+}
+
+template <class V, Is<CrossModeTable> T>
+void describe(V& v, T& x) {
+  v("prompt_id", x.prompt_id);
+  v("decoding", x.decoding_id);
+  v("hashes", x.hashes);
+  v("table", x.table);
+}
+
+template <class V, Is<CaseResult> T>
+void describe(V& v, T& x) {
+  v("prompt_id", x.prompt_id);  // prompt_text is not stored: it is prompts[prompt_id]
+  v("decoding", x.decoding_id);
+  v("mode", x.mode);
+  v("n", x.n);
+  v("errors", x.errors);
+  v("unique", x.unique);
+  v("tarr", x.tarr);
+  const bool extractor = x.tara.has_value();  // the answer fields exist only with an extractor
+  v.only_if(extractor, "tara", x.tara);
+  v.only_if(extractor, "answer_unique", x.answer_unique);
+  v.only_if(extractor, "answer_missing", x.answer_missing);
+  v("bit_divergent", x.bit_divergent);
+  v("bit_unique", x.bit_unique);
+  v("divergent", x.divergent);
+  v("failed", x.failed);
+  v("clusters", x.clusters);
+  v("factors", x.factors);
+}
+
+template <class V, Is<ThroughputRow> T>
+void describe(V& v, T& x) {
+  v("mode", x.mode);
+  v("batch_size", x.batch_size);
+  v("tokens", x.tokens);
+  v("seconds", x.seconds);
+  v("tokens_per_s", x.tokens_per_s);
+  v("ratio", x.ratio_vs_default);
+}
+
+template <class V, Is<ModeSummary> T>
+void describe(V& v, T& x) {
+  v("mode", x.mode);
+  v("cases", x.cases);
+  v("divergent_cases", x.divergent_cases);
+  v("tarr_rate", x.tarr_rate);
+  v("mean_unique", x.mean_unique);
+  v("bit_divergent_share", x.bit_divergent_share);
+  v("throughput_ratio", x.throughput_ratio);
+  v("errors", x.errors);
+  v("gated", x.gated);
+  v("verdict", x.verdict);
+}
+
+template <class V, Is<Thresholds> T>
+void describe(V& v, T& x) {
+  v("max_divergent", x.max_divergent);
+  v("min_tarr", x.min_tarr);
+  v("modes", x.modes);
+  v("max_error_rate", x.max_error_rate);
+}
+
+template <class V, Is<Summary> T>
+void describe(V& v, T& x) {
+  v("cases", x.cases);
+  v("divergent_cases", x.divergent_cases);
+  v("max_unique", x.max_unique);
+  v("completions", x.completions);
+  v("errors", x.errors);
+  v("verdict", x.verdict);
+  v("interrupted", x.interrupted);
+  v("modes", x.modes);
+}
+
+// "digests" is derived (to_json(json&, const AuditReport&)) and not read back.
+template <class V, Is<AuditReport> T>
+void describe(V& v, T& x) {
+  v("schema", x.schema);
+  v("created", x.created);
+  v("profile", x.profile);
+  v("plan", x.plan);  // free-form here; its keys come from the plan option table (audit/plan_options)
+  v("thresholds", x.thresholds);
+  v("answer_regex", x.answer_regex);
+  v("answer_json_path", x.answer_json_path);
+  v("summary", x.summary);
+  v("cases", x.cases);
+  v("cross_mode", x.cross_mode);
+  v("throughput", x.throughput);
+  v("completions", x.completions);
+  v("environment", x.environment, kEmptyObjectIfNull);  // free-form, written by the runner
+  v("prompts", x.prompts);
+}
+
+struct Writer;
+struct Reader;
+template <class T>
+concept Described = requires(Writer& w, const T& t) { describe(w, t); };
+
+// ============================================================================ values: writing
+
+json enc(const std::string& v) { return v; }
+json enc(bool v) { return v; }
+json enc(int v) { return v; }
+json enc(int64_t v) { return v; }
+json enc(uint64_t v) { return v; }
+json enc(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }  // no JSON form: null
+json enc(float v) { return enc(static_cast<double>(v)); }
+json enc(const json& v) { return v; }
+template <class T>
+json enc(const std::optional<T>& v);
+template <class T>
+json enc(const std::vector<T>& v);
+json enc(const std::map<std::string, std::string>& v);
+template <Described T>
+json enc(const T& v);
+
+struct Writer {
+  json j = json::object();
+  template <class M>
+  void operator()(const char* key, const M& m, unsigned opt = kPlain) {
+    json v = enc(m);
+    if ((opt & kEmptyObjectIfNull) && v.is_null()) v = json::object();
+    j[key] = std::move(v);
+  }
+  template <class M>
+  void only_if(bool cond, const char* key, const M& m) {
+    if (cond) (*this)(key, m);
+  }
+};
+
+template <class T>
+json enc(const std::optional<T>& v) {
+  return v ? enc(*v) : json(nullptr);
+}
+template <class T>
+json enc(const std::vector<T>& v) {
+  json a = json::array();
+  for (const auto& x : v) a.push_back(enc(x));
+  return a;
+}
+json enc(const std::map<std::string, std::string>& v) { return json(v); }
+template <Described T>
+json enc(const T& v) {
+  Writer w;
+  describe(w, v);
+  return std::move(w.j);
+}
+
+// ============================================================================ values: reading
+
+[[noreturn]] void fail(const std::string& why) { throw SchemaError{"", why}; }
+
+template <class I>
+void dec_int(const json& j, I& out) {
+  if (!j.is_number_integer()) fail("expected an integer");
+  if constexpr (std::is_unsigned_v<I>) {
+    if (!j.is_number_unsigned()) fail("expected a non-negative integer");
+    out = j.get<I>();
+  } else {
+    if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<I>::max())
+                               : j.get<int64_t>() < std::numeric_limits<I>::min() ||
+                                     j.get<int64_t>() > std::numeric_limits<I>::max())
+      fail("integer out of range");
+    out = static_cast<I>(j.get<int64_t>());
+  }
+}
+
+void dec(const json& j, std::string& out) {
+  if (!j.is_string()) fail("expected a string");
+  out = j.get<std::string>();
+}
+void dec(const json& j, bool& out) {
+  if (!j.is_boolean()) fail("expected true or false");
+  out = j.get<bool>();
+}
+void dec(const json& j, int& out) { dec_int(j, out); }
+void dec(const json& j, int64_t& out) { dec_int(j, out); }
+void dec(const json& j, uint64_t& out) { dec_int(j, out); }
+void dec(const json& j, double& out) {
+  if (!j.is_number()) fail("expected a number");
+  out = j.get<double>();
+}
+// A float in a list (logprobs): null stands for a value without JSON form, read back as -inf.
+void dec(const json& j, float& out) {
+  if (j.is_null()) {
+    out = -std::numeric_limits<float>::infinity();
+    return;
+  }
+  if (!j.is_number()) fail("expected a number or null");
+  out = j.get<float>();
+}
+void dec(const json& j, json& out) { out = j; }
+template <class T>
+void dec(const json& j, std::optional<T>& out);
+template <class T>
+void dec(const json& j, std::vector<T>& out);
+void dec(const json& j, std::map<std::string, std::string>& out);
+template <Described T>
+void dec(const json& j, T& out);
+
+struct Reader {
+  const json& j;
+  template <class M>
+  void operator()(const char* key, M& m, unsigned = kPlain) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;  // missing or null: the structure's default
+    try {
+      dec(*it, m);
+    } catch (SchemaError& e) {
+      e.where = "." + std::string(key) + e.where;
+      throw;
+    }
+  }
+  template <class M>
+  void only_if(bool, const char* key, M& m) {
+    (*this)(key, m);
+  }
+};
+
+template <class T>
+void dec(const json& j, std::optional<T>& out) {
+  if (j.is_null()) {
+    out.reset();
+    return;
+  }
+  T v{};
+  dec(j, v);
+  out = std::move(v);
+}
+template <class T>
+void dec(const json& j, std::vector<T>& out) {
+  if (!j.is_array()) fail("expected an array");
+  out.clear();
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    T v{};
+    try {
+      dec(j[i], v);
+    } catch (SchemaError& e) {
+      e.where = "[" + std::to_string(i) + "]" + e.where;
+      throw;
+    }
+    out.push_back(std::move(v));
+  }
+}
+void dec(const json& j, std::map<std::string, std::string>& out) {
+  if (!j.is_object()) fail("expected an object of strings");
+  out.clear();
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) throw SchemaError{"." + k, "expected a string"};
+    out[k] = v.get<std::string>();
+  }
+}
+template <Described T>
+void dec(const json& j, T& out) {
+  if (!j.is_object()) fail("expected an object");
+  Reader r{j};
+  describe(r, out);
+}
+
+// Entry point for the public from_json: paths start without a leading dot.
+template <class T>
+void read_value(const json& j, T& out) {
+  try {
+    dec(j, out);
+  } catch (SchemaError& e) {
+    std::string where = e.where;
+    if (!where.empty() && where[0] == '.') where.erase(0, 1);
+    throw UsageError((where.empty() ? std::string("top level") : where) + ": " + e.why);
+  }
+}
+
+// A digest recorded by the runner in the environment, as environment[key] or environment[obj].sha256.
+void copy_digest(const json& env, json& digests, const char* out, const char* key, const char* obj) {
+  if (!env.is_object()) return;
+  if (auto it = env.find(key); it != env.end() && it->is_string()) {
+    digests[out] = *it;
+    return;
+  }
+  if (auto it = env.find(obj); it != env.end() && it->is_object())
+    if (auto s = it->find("sha256"); s != it->end() && s->is_string()) digests[out] = *s;
+}
+
+}  // namespace
+
+// ============================================================================ type mapping
+
+void to_json(json& j, const DecodingConfig& v) { j = enc(v); }
+void to_json(json& j, const Completion& v) { j = enc(v); }
+void to_json(json& j, const Cluster& v) { j = enc(v); }
+void to_json(json& j, const FactorTable& v) { j = enc(v); }
+void to_json(json& j, const CrossModeTable& v) { j = enc(v); }
+void to_json(json& j, const CaseResult& v) { j = enc(v); }
+void to_json(json& j, const ThroughputRow& v) { j = enc(v); }
+void to_json(json& j, const ModeSummary& v) { j = enc(v); }
+void to_json(json& j, const Thresholds& v) { j = enc(v); }
+void to_json(json& j, const Summary& v) { j = enc(v); }
+void to_json(json& j, const AuditReport& v) {
+  j = enc(v);
+  j["schema"] = kReportSchema;
+  json digests = json::object();
+  digests["prompts_sha256"] = sha256_hex(canonical_json_compact(json(v.prompts)));
+  copy_digest(v.environment, digests, "model_sha256", "model_sha256", "model");
+  copy_digest(v.environment, digests, "profile_sha256", "profile_sha256", "profile");
+  j["digests"] = std::move(digests);
+}
+
+void from_json(const json& j, DecodingConfig& v) { read_value(j, v); }
+void from_json(const json& j, Completion& v) { read_value(j, v); }
+void from_json(const json& j, Cluster& v) { read_value(j, v); }
+void from_json(const json& j, FactorTable& v) { read_value(j, v); }
+void from_json(const json& j, CrossModeTable& v) { read_value(j, v); }
+void from_json(const json& j, CaseResult& v) { read_value(j, v); }
+void from_json(const json& j, ThroughputRow& v) { read_value(j, v); }
+void from_json(const json& j, ModeSummary& v) { read_value(j, v); }
+void from_json(const json& j, Thresholds& v) { read_value(j, v); }
+void from_json(const json& j, Summary& v) { read_value(j, v); }
+void from_json(const json& j, AuditReport& v) {
+  read_value(j, v);
+  for (auto& c : v.cases)
+    if (auto p = v.prompts.find(c.prompt_id); p != v.prompts.end()) c.prompt_text = p->second;
+}
+
+}  // namespace repro
