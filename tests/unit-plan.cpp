@@ -1,10 +1,16 @@
 // Plan expansion, profiles and prompt sources.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <map>
 
 #include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 #include "repro/audit/plan.hpp"
+#include "repro/audit/plan_options.hpp"
+#include "repro/report/report.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -36,7 +42,7 @@ TEST_CASE("profiles: unknown keys and bad values name the file, the key and the 
                        doctest::Contains(("profile '" + bad_key + "': unknown key \"repeat\"; allowed keys are").c_str()), UsageError);
   auto bad_mode = write(dir / "b.json", R"({"modes": ["fast"]})");
   CHECK_THROWS_WITH_AS(apply_profile(find_profile(bad_mode), o),
-                       doctest::Contains("key \"modes\" allows default, batch-invariant"), UsageError);
+                       doctest::Contains("key \"modes\" must be default or batch-invariant (got 'fast')"), UsageError);
   auto bad_n = write(dir / "c.json", R"({"repeats": 0})");
   CHECK_THROWS_WITH_AS(apply_profile(find_profile(bad_n), o), doctest::Contains("\"repeats\" must be an integer from 1"),
                        UsageError);
@@ -80,10 +86,10 @@ TEST_CASE("validate_plan: the errors name the flag and the fix") {
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("no prompts"), UsageError);
   o.prompts = builtin_prompts();
   o.repeats = 0;
-  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--repeats must be at least 1"), UsageError);
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--repeats must be an integer from 1 to 1000000 (got 0)"), UsageError);
   o.repeats = 1;
   o.modes = {"turbo"};
-  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--modes: unknown mode 'turbo'"), UsageError);
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--modes must be default or batch-invariant (got 'turbo')"), UsageError);
   o.modes = {"default"};
   o.batch_sizes = {2048};
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--batch-sizes"), UsageError);
@@ -122,4 +128,141 @@ TEST_CASE("prompt sources: text, JSONL, chat messages, Batch API; stable ids; er
   auto empty = write(dir / "empty.txt", "\n\n");
   CHECK_THROWS_WITH_AS(prompts_from_file(empty), doctest::Contains("holds no prompts"), UsageError);
   CHECK_THROWS_AS(prompts_from_file((dir / "none.txt").string()), UsageError);
+}
+
+namespace {
+// A valid value different from the default, for every option of the table. A row added to the
+// table without an entry here fails the round-trip test below.
+const std::map<std::string, nlohmann::json>& non_defaults() {
+  static const std::map<std::string, nlohmann::json> v = {
+      {"max_tokens", 17},
+      {"repeats", 5},
+      {"modes", {"batch-invariant"}},
+      {"batch_sizes", {2, 3, 64}},
+      {"positions", {"middle", "2"}},
+      {"filler_sets", 4},
+      {"filler_seed", 99},
+      {"temperatures", {0.0, 0.7}},
+      {"top_ps", {0.9, 0.5}},
+      {"top_ks", {0, 40}},
+      {"seeds", {7, 18446744073709551615ull}},
+      {"threads", 3},
+      {"thresholds.max_divergent", 2},
+      {"thresholds.min_tarr", 0.75},
+      {"thresholds.modes", {"default", "vllm"}},
+      {"thresholds.max_error_rate", 0.125},
+      {"answer_regex", "(\\d+)"},
+      {"answer_json_path", "$.answer"},
+      {"formats", {"json", "md=report.md"}},
+      {"concurrency", {1, 16}},
+      {"cache_probe", false},
+  };
+  return v;
+}
+std::string flag_text(const nlohmann::json& v) {
+  if (!v.is_array()) return v.is_string() ? v.get<std::string>() : v.dump();
+  std::string s;
+  for (const auto& e : v) s += (s.empty() ? "" : ",") + (e.is_string() ? e.get<std::string>() : e.dump());
+  return s;
+}
+}  // namespace
+
+TEST_CASE("plan option table: every option survives profile -> report -> resume") {
+  const auto& want = non_defaults();
+  PlanOptions defaults;
+  nlohmann::json profile = nlohmann::json::object();
+  for (const auto& opt : plan_options()) {
+    CAPTURE(opt.name);
+    REQUIRE_MESSAGE(want.count(opt.name), "no test value for plan option " << opt.name);
+    CHECK(opt.get(defaults) != want.at(opt.name));  // the test value is not the default
+    nlohmann::json* cur = &profile;
+    for (const auto& part : split(opt.profile_key, '.')) cur = &(*cur)[part];
+    *cur = want.at(opt.name);
+  }
+  CHECK(want.size() == plan_options().size());
+  profile["prompts"] = {"alpha", {{"id", "b"}, {"prompt", "beta"}}};
+  auto dir = test::scratch_dir("plan-roundtrip");
+  auto file = write(dir / "all.json", profile.dump(2));
+
+  PlanOptions p;
+  apply_profile(find_profile(file), p);
+  for (const auto& opt : plan_options()) {
+    CAPTURE(opt.name);
+    CHECK(opt.get(p) == want.at(opt.name));
+  }
+  CHECK_NOTHROW(validate_plan(p, 512));
+
+  // through the real report writer and reader
+  AuditReport r;
+  r.plan = plan_to_json(p);
+  for (const auto& pr : p.prompts) r.prompts[pr.id] = pr.text;
+  r.environment = {{"digests", {{"profile_sha256", p.profile_digest}}}};
+  AuditReport back = from_json(to_json(r), "mem.json");
+  PlanOptions q = plan_from_report(back);
+  for (const auto& opt : plan_options()) {
+    CAPTURE(opt.name);
+    CHECK(opt.get(q) == want.at(opt.name));
+    CHECK(back.plan.contains(nlohmann::json::json_pointer("/" + [&] {
+      std::string k = opt.report_key;
+      std::replace(k.begin(), k.end(), '.', '/');
+      return k;
+    }())));
+  }
+  CHECK(q.profile == file);
+  CHECK(q.profile_digest == p.profile_digest);
+  REQUIRE(q.prompts.size() == 2);
+  CHECK(q.prompts[1].id == "b");
+  CHECK(q.prompts[1].text == "beta");
+
+  // the same values as flags
+  for (const auto& opt : plan_options()) {
+    if (!*opt.flag || opt.type == OptionType::Bool) continue;
+    CAPTURE(opt.name);
+    CHECK(check_plan_value(opt, parse_flag_value(opt, flag_text(want.at(opt.name))), opt.flag_name()) ==
+          want.at(opt.name));
+  }
+
+  // a plan block without an option cannot be resumed silently with its default
+  AuditReport old = back;
+  old.plan.erase("cache_probe");
+  CHECK_THROWS_WITH_AS(plan_from_report(old), doctest::Contains("the report's \"plan\" lacks \"cache_probe\""),
+                       UsageError);
+  old = back;
+  old.plan["thresholds"]["min_tarr"] = 3;
+  CHECK_THROWS_WITH_AS(plan_from_report(old),
+                       doctest::Contains("plan key \"thresholds.min_tarr\" must be a number from 0 to 1 (got 3)"),
+                       UsageError);
+}
+
+TEST_CASE("plan option table: NaN, negative and out-of-range values name the flag or key and the range") {
+  auto dir = test::scratch_dir("plan-ranges");
+  for (const auto& opt : plan_options()) {
+    if (opt.type == OptionType::Bool || opt.type == OptionType::Text || opt.type == OptionType::TextList) continue;
+    CAPTURE(opt.name);
+    for (const char* text : {"nan", "-1", "inf", "1e300", "99999999999999999999999", "3x"}) {
+      CAPTURE(text);
+      if (*opt.flag) {
+        std::string flag = opt.flag_name();
+        CHECK_THROWS_WITH_AS(check_plan_value(opt, parse_flag_value(opt, text), flag),
+                             doctest::Contains((flag + " must be " + opt.valid).c_str()), UsageError);
+      }
+    }
+    // profiles hold JSON: a negative and a huge number
+    for (const char* value : {"-1", "1e300"}) {
+      nlohmann::json prof = nlohmann::json::object();
+      nlohmann::json* cur = &prof;
+      for (const auto& part : split(opt.profile_key, '.')) cur = &(*cur)[part];
+      *cur = nlohmann::json::parse(value);
+      auto file = write(dir / "p.json", prof.dump());
+      PlanOptions o;
+      CHECK_THROWS_WITH_AS(apply_profile(find_profile(file), o),
+                           doctest::Contains(("key \"" + std::string(opt.profile_key) + "\" must be " + opt.valid).c_str()),
+                           UsageError);
+    }
+  }
+  PlanOptions o;
+  o.prompts = builtin_prompts();
+  o.thresholds.min_tarr = std::nan("");
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--min-tarr must be a number from 0 to 1 (got nan)"),
+                       UsageError);
 }

@@ -60,15 +60,17 @@ TEST_CASE("run: bad input exits 2 with one line naming the flag or file") {
   struct Case {
     std::string args, expect;
   } cases[] = {
-      {"run --repeats 0", "--repeats must be at least 1"},
-      {"run --modes fast", "--modes: unknown mode 'fast'"},
+      {"run --repeats 0", "--repeats must be an integer from 1 to 1000000 (got 0)"},
+      {"run --modes fast", "--modes must be default or batch-invariant (got 'fast')"},
+      {"run --min-tarr nan", "--min-tarr must be a number from 0 to 1 (got nan)"},
+      {"run --temperatures=0,-0.5", "--temperatures must be numbers from 0 to 10 (got -0.5)"},
       {"run --profile nosuch", "unknown profile 'nosuch'"},
       {"run --prompts /nonexistent/p.txt", "cannot open prompts file '/nonexistent/p.txt'"},
       {"run --model /nonexistent/m.gguf", "/nonexistent/m.gguf"},
-      {"run --batch-sizes 1,x", "--batch-sizes: 'x' is not a valid value"},
+      {"run --batch-sizes 1,x", "--batch-sizes must be integers from 1 to 4096 (got 'x')"},
       {"run --max-tokens 100000", "context length"},
       {"run --format pdf", "pdf"},
-      {"run --positions sideways", "--positions: 'sideways'"},
+      {"run --positions sideways", "--positions must be first, middle, last or a non-negative integer (got 'sideways')"},
       {"run --no-such-flag", "no-such-flag"},
   };
   for (const auto& c : cases) {

@@ -13,6 +13,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/audit/builtin_profiles.hpp"
+#include "repro/audit/plan_options.hpp"
 
 namespace repro {
 
@@ -46,31 +47,21 @@ namespace {
   throw UsageError("profile '" + file + "': key \"" + key + "\" " + why);
 }
 
-int get_int(const nlohmann::json& v, const std::string& file, const std::string& key, int lo, int hi) {
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    bad(file, key, fmt::format("must be an integer from {} to {}", lo, hi));
-  return v.get<int>();
-}
-double get_num(const nlohmann::json& v, const std::string& file, const std::string& key, double lo, double hi) {
-  if (!v.is_number() || v.get<double>() < lo || v.get<double>() > hi)
-    bad(file, key, fmt::format("must be a number from {} to {}", lo, hi));
-  return v.get<double>();
-}
-template <class T, class F>
-std::vector<T> get_list(const nlohmann::json& v, const std::string& file, const std::string& key, F each) {
-  nlohmann::json arr = v.is_array() ? v : nlohmann::json::array({v});
-  if (arr.empty()) bad(file, key, "must not be empty");
-  std::vector<T> out;
-  for (const auto& e : arr) out.push_back(each(e));
-  return out;
+// The value at a dotted key ("thresholds.min_tarr") of a JSON object, or nullptr.
+const nlohmann::json* at_key(const nlohmann::json& j, const std::string& key) {
+  const nlohmann::json* cur = &j;
+  for (const auto& part : split(key, '.')) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(part);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
 }
 
-const std::vector<std::string> kModes = {"default", "batch-invariant"};
-const std::vector<std::string> kFormats = {"json", "md", "html", "junit"};
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+std::string allowed_profile_keys() {
+  std::string s = "description, prompts";
+  for (const auto& opt : plan_options()) s += std::string(", ") + opt.profile_key;
   return s;
 }
 
@@ -87,148 +78,103 @@ void apply_profile(const ProfileSource& src, PlanOptions& o) {
   if (!j.is_object()) throw UsageError("profile '" + file + "': must be a JSON object of settings");
   o.profile = file;
   o.profile_digest = sha256_hex(src.text);
-  static const std::vector<std::string> keys = {
-      "description", "prompts", "max_tokens", "repeats", "modes", "batch_sizes", "positions", "filler_sets",
-      "filler_seed", "temperatures", "top_p", "top_k", "seeds", "threads", "formats", "thresholds",
-      "answer_regex", "answer_json_path", "concurrency", "cache_probe"};
+  // Flatten nested objects ("thresholds": {"min_tarr": ..}) to dotted keys the table knows.
+  std::vector<std::pair<std::string, const nlohmann::json*>> keys;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    const auto& v = it.value();
-    if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      throw UsageError("profile '" + file + "': unknown key \"" + k + "\"; allowed keys are " + join(keys));
+    bool nested = false;
+    for (const auto& opt : plan_options())
+      if (std::string(opt.profile_key).rfind(it.key() + ".", 0) == 0) nested = true;
+    if (!nested) {
+      keys.emplace_back(it.key(), &it.value());
+      continue;
+    }
+    if (!it.value().is_object()) bad(file, it.key(), "must be an object");
+    for (auto t = it.value().begin(); t != it.value().end(); ++t) keys.emplace_back(it.key() + "." + t.key(), &t.value());
+  }
+  for (const auto& [k, v] : keys) {
     if (k == "description") {
-      if (!v.is_string()) bad(file, k, "must be a string");
-    } else if (k == "prompts") {
-      o.prompts = get_list<Prompt>(v, file, k, [&](const nlohmann::json& e) {
-        if (e.is_string()) return prompt_from_text(e.get<std::string>());
-        if (e.is_object() && e.contains("prompt") && e["prompt"].is_string()) {
+      if (!v->is_string()) bad(file, k, "must be a string");
+      continue;
+    }
+    if (k == "prompts") {
+      nlohmann::json arr = v->is_array() ? *v : nlohmann::json::array({*v});
+      if (arr.empty()) bad(file, k, "must not be empty");
+      o.prompts.clear();
+      for (const auto& e : arr) {
+        if (e.is_string()) {
+          o.prompts.push_back(prompt_from_text(e.get<std::string>()));
+        } else if (e.is_object() && e.contains("prompt") && e["prompt"].is_string()) {
           Prompt p = prompt_from_text(e["prompt"].get<std::string>());
           if (e.contains("id")) {
             if (!e["id"].is_string()) bad(file, k, "entries' \"id\" must be a string");
             p.id = e["id"].get<std::string>();
           }
-          return p;
+          o.prompts.push_back(std::move(p));
+        } else {
+          bad(file, k, "must be a list of strings or {\"id\", \"prompt\"} objects");
         }
-        bad(file, k, "must be a list of strings or {\"id\", \"prompt\"} objects");
-      });
-    } else if (k == "max_tokens") {
-      o.max_tokens = get_int(v, file, k, 1, 1 << 20);
-    } else if (k == "repeats") {
-      o.repeats = get_int(v, file, k, 1, 1000000);
-    } else if (k == "modes") {
-      o.modes = get_list<std::string>(v, file, k, [&](const nlohmann::json& e) {
-        if (!e.is_string() || std::find(kModes.begin(), kModes.end(), e.get<std::string>()) == kModes.end())
-          bad(file, k, "allows " + join(kModes));
-        return e.get<std::string>();
-      });
-    } else if (k == "batch_sizes") {
-      o.batch_sizes = get_list<int>(v, file, k, [&](const nlohmann::json& e) { return get_int(e, file, k, 1, 4096); });
-    } else if (k == "positions") {
-      o.positions = get_list<std::string>(v, file, k, [&](const nlohmann::json& e) {
-        if (e.is_number_integer() && e.get<int>() >= 0) return std::to_string(e.get<int>());
-        if (e.is_string() && (e == "first" || e == "middle" || e == "last")) return e.get<std::string>();
-        bad(file, k, "allows first, middle, last or a non-negative integer");
-      });
-    } else if (k == "filler_sets") {
-      o.filler_sets = get_int(v, file, k, 1, 10000);
-    } else if (k == "filler_seed") {
-      if (!v.is_number_unsigned()) bad(file, k, "must be a non-negative integer");
-      o.filler_seed = v.get<uint64_t>();
-    } else if (k == "temperatures") {
-      o.temperatures = get_list<double>(v, file, k, [&](const nlohmann::json& e) { return get_num(e, file, k, 0, 10); });
-    } else if (k == "top_p") {
-      o.top_ps = get_list<double>(v, file, k, [&](const nlohmann::json& e) {
-        double p = get_num(e, file, k, 0, 1);
-        if (p <= 0) bad(file, k, "must be in (0, 1]");
-        return p;
-      });
-    } else if (k == "top_k") {
-      o.top_ks = get_list<int>(v, file, k, [&](const nlohmann::json& e) { return get_int(e, file, k, 0, 1 << 20); });
-    } else if (k == "seeds") {
-      o.seeds = get_list<uint64_t>(v, file, k, [&](const nlohmann::json& e) {
-        if (!e.is_number_unsigned()) bad(file, k, "must be non-negative integers");
-        return e.get<uint64_t>();
-      });
-    } else if (k == "threads") {
-      o.threads = get_int(v, file, k, 1, 1024);
-    } else if (k == "formats") {
-      o.formats = get_list<std::string>(v, file, k, [&](const nlohmann::json& e) {
-        if (!e.is_string() || std::find(kFormats.begin(), kFormats.end(), e.get<std::string>()) == kFormats.end())
-          bad(file, k, "allows " + join(kFormats));
-        return e.get<std::string>();
-      });
-    } else if (k == "thresholds") {
-      if (!v.is_object()) bad(file, k, "must be an object with max_divergent, min_tarr, modes, max_error_rate");
-      for (auto t = v.begin(); t != v.end(); ++t) {
-        std::string tk = "thresholds." + t.key();
-        if (t.key() == "max_divergent")
-          o.thresholds.max_divergent = get_int(t.value(), file, tk, 0, 1 << 30);
-        else if (t.key() == "min_tarr")
-          o.thresholds.min_tarr = get_num(t.value(), file, tk, 0, 1);
-        else if (t.key() == "max_error_rate")
-          o.thresholds.max_error_rate = get_num(t.value(), file, tk, 0, 1);
-        else if (t.key() == "modes")
-          o.thresholds.modes = get_list<std::string>(t.value(), file, tk, [&](const nlohmann::json& e) {
-            if (!e.is_string()) bad(file, tk, "must be a list of mode or endpoint names");
-            return e.get<std::string>();
-          });
-        else
-          throw UsageError("profile '" + file + "': unknown key \"" + tk +
-                           "\"; allowed keys are thresholds.max_divergent, thresholds.min_tarr, "
-                           "thresholds.modes, thresholds.max_error_rate");
       }
-    } else if (k == "answer_regex" || k == "answer_json_path") {
-      if (!v.is_string()) bad(file, k, "must be a string");
-      (k == "answer_regex" ? o.answer_regex : o.answer_json_path) = v.get<std::string>();
-    } else if (k == "concurrency") {
-      o.concurrency = get_list<int>(v, file, k, [&](const nlohmann::json& e) { return get_int(e, file, k, 1, 4096); });
-    } else if (k == "cache_probe") {
-      if (!v.is_boolean()) bad(file, k, "must be true or false");
-      o.cache_probe = v.get<bool>();
+      continue;
     }
+    const PlanOption* opt = nullptr;
+    for (const auto& row : plan_options())
+      if (k == row.profile_key) opt = &row;
+    if (!opt)
+      throw UsageError("profile '" + file + "': unknown key \"" + k + "\"; allowed keys are " + allowed_profile_keys());
+    opt->set(o, check_plan_value(*opt, *v, "profile '" + file + "': key \"" + k + "\""));
   }
 }
 
 nlohmann::json plan_to_json(const PlanOptions& o) {
   nlohmann::json prompts = nlohmann::json::array();
   for (const auto& p : o.prompts) prompts.push_back(p.id);
-  return {{"profile", o.profile},
-          {"prompt_ids", prompts},
-          {"max_tokens", o.max_tokens},
-          {"repeats", o.repeats},
-          {"modes", o.modes},
-          {"batch_sizes", o.batch_sizes},
-          {"positions", o.positions},
-          {"filler_sets", o.filler_sets},
-          {"filler_seed", o.filler_seed},
-          {"temperatures", o.temperatures},
-          {"top_p", o.top_ps},
-          {"top_k", o.top_ks},
-          {"seeds", o.seeds},
-          {"threads", o.threads},
-          {"concurrency", o.concurrency}};
+  nlohmann::json j = {{"profile", o.profile}, {"prompt_ids", prompts}};
+  for (const auto& opt : plan_options()) {
+    nlohmann::json* cur = &j;
+    for (const auto& part : split(opt.report_key, '.')) cur = &(*cur)[part];
+    *cur = opt.get(o);
+  }
+  return j;
+}
+
+PlanOptions plan_from_report(const AuditReport& r) {
+  PlanOptions o;
+  const auto& j = r.plan;
+  auto lacks = [](const std::string& key) {
+    return UsageError("cannot resume: the report's \"plan\" lacks \"" + key +
+                      "\" (written by another version?); start a new run instead");
+  };
+  if (!j.is_object()) throw lacks("profile");
+  const nlohmann::json* profile = at_key(j, "profile");
+  if (!profile || !profile->is_string()) throw lacks("profile");
+  o.profile = profile->get<std::string>();
+  if (r.environment.is_object())
+    if (const nlohmann::json* d = at_key(r.environment, "digests.profile_sha256"); d && d->is_string())
+      o.profile_digest = d->get<std::string>();
+  for (const auto& opt : plan_options()) {
+    const nlohmann::json* v = at_key(j, opt.report_key);
+    if (!v) throw lacks(opt.report_key);
+    opt.set(o, check_plan_value(opt, *v, std::string("cannot resume: the report's plan key \"") + opt.report_key + "\""));
+  }
+  const nlohmann::json* ids = at_key(j, "prompt_ids");
+  if (!ids || !ids->is_array()) throw lacks("prompt_ids");
+  for (const auto& id : *ids) {
+    if (!id.is_string()) throw lacks("prompt_ids");
+    auto it = r.prompts.find(id.get<std::string>());
+    if (it == r.prompts.end())
+      throw UsageError("cannot resume: the report lacks the text of prompt '" + id.get<std::string>() +
+                       "'; start a new run instead");
+    o.prompts.push_back(Prompt{it->first, it->second, nullptr});
+  }
+  return o;
 }
 
 void validate_plan(const PlanOptions& o, int context_length) {
   if (o.prompts.empty())
     throw UsageError("no prompts: give --prompt TEXT, --prompts FILE, or a profile with \"prompts\"");
-  if (o.repeats < 1) throw UsageError("--repeats must be at least 1 (got " + std::to_string(o.repeats) + ")");
-  if (o.max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
-  if (o.threads < 1) throw UsageError("--threads must be at least 1");
-  if (o.filler_sets < 1) throw UsageError("--filler-sets must be at least 1");
-  if (o.modes.empty()) throw UsageError("--modes: give at least one of default, batch-invariant");
-  for (const auto& m : o.modes)
-    if (std::find(kModes.begin(), kModes.end(), m) == kModes.end())
-      throw UsageError("--modes: unknown mode '" + m + "'; use default or batch-invariant");
-  for (int b : o.batch_sizes)
-    if (b < 1) throw UsageError("--batch-sizes: batch sizes must be at least 1");
-  for (const auto& f : o.formats)
-    if (std::find(kFormats.begin(), kFormats.end(), f) == kFormats.end())
-      throw UsageError("--format: unknown format '" + f + "'; use " + join(kFormats));
-  for (double t : o.temperatures)
-    if (t < 0) throw UsageError("--temperatures must be >= 0");
-  for (double p : o.top_ps)
-    if (p <= 0 || p > 1) throw UsageError("--top-p must be in (0, 1]");
+  // Every option's range, whatever set it (a flag, a profile, a resumed report, code).
+  for (const auto& opt : plan_options())
+    check_plan_value(opt, opt.get(o), *opt.flag ? opt.flag_name() : "profile key \"" + std::string(opt.profile_key) + "\"");
   if (context_length > 0) {
     int max_batch = *std::max_element(o.batch_sizes.begin(), o.batch_sizes.end());
     if (max_batch > 1024)

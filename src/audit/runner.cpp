@@ -217,37 +217,4 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   report.environment["remote_stats"] = stats;
 }
 
-PlanOptions plan_from_report(const AuditReport& r) {
-  PlanOptions o;
-  const auto& j = r.plan;
-  try {
-    o.profile = j.at("profile").get<std::string>();
-    o.max_tokens = j.at("max_tokens").get<int>();
-    o.repeats = j.at("repeats").get<int>();
-    o.modes = j.at("modes").get<std::vector<std::string>>();
-    o.batch_sizes = j.at("batch_sizes").get<std::vector<int>>();
-    o.positions = j.at("positions").get<std::vector<std::string>>();
-    o.filler_sets = j.at("filler_sets").get<int>();
-    o.filler_seed = j.at("filler_seed").get<uint64_t>();
-    o.temperatures = j.at("temperatures").get<std::vector<double>>();
-    o.top_ps = j.at("top_p").get<std::vector<double>>();
-    o.top_ks = j.at("top_k").get<std::vector<int>>();
-    o.seeds = j.at("seeds").get<std::vector<uint64_t>>();
-    o.threads = j.at("threads").get<int>();
-    o.concurrency = j.at("concurrency").get<std::vector<int>>();
-    for (const auto& id : j.at("prompt_ids")) {
-      auto it = r.prompts.find(id.get<std::string>());
-      if (it == r.prompts.end()) throw UsageError("the report lacks the text of prompt '" + id.get<std::string>() + "'");
-      o.prompts.push_back(Prompt{it->first, it->second, nullptr});
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(std::string("cannot resume: the report's \"plan\" is incomplete (") + e.what() +
-                     "); start a new run instead");
-  }
-  o.thresholds = r.thresholds;
-  o.answer_regex = r.answer_regex;
-  o.answer_json_path = r.answer_json_path;
-  return o;
-}
-
 }  // namespace repro

@@ -4,11 +4,13 @@
 
 #include <csignal>
 #include <filesystem>
+#include <map>
 
 #include "repro/audit/analysis.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/common/error.hpp"
 #include "repro/audit/plan.hpp"
+#include "repro/audit/plan_options.hpp"
 #include "repro/remote/remote.hpp"
 #include "repro/report/report.hpp"
 #include "repro/audit/runner.hpp"
@@ -29,55 +31,25 @@ extern "C" void on_sigint(int) {
 
 struct RunOptions {
   EngineFlags engine;  // --model --tokenizer --device --threads --precision (modes: --modes)
-  std::string profile = "quick", prompts_file, out = "repro-audit-report", format;
+  std::string profile = "quick", prompts_file, out = "repro-audit-report";
   std::vector<std::string> prompts;
-  int repeats = 0, max_tokens = 0, filler_sets = 0, max_divergent = 0;
-  double min_tarr = 0, max_error_rate = 0;
-  std::string modes, batch_sizes, positions, temperatures, top_p, top_k, seeds, gate_modes;
-  std::string answer_regex, answer_json_path, resume, baseline, sign_key;
+  std::map<std::string, std::string> plan_text;  // plan option name -> flag text (one per table row)
+  std::map<std::string, bool> plan_flag;         // plan option name -> boolean flag given
+  std::string resume, baseline, sign_key;
   bool quiet = false;
   // remote
   std::vector<std::string> endpoints;
-  std::string api_model, api = "chat", provider = "openai", concurrency, api_key_env = "OPENAI_API_KEY",
-              api_key_file, ca_cert, extra_body;
-  bool stream = false, no_cache_probe = false, verbose = false;
+  std::string api_model, api = "chat", provider = "openai", api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert,
+              extra_body;
+  bool stream = false, verbose = false;
   int max_retries = 3;
   double timeout = 120;
   CLI::App* app = nullptr;
-  bool given(const char* flag) const { return app->count(flag) > 0; }
+  bool given(const std::string& flag) const { return app->count(flag) > 0; }
 };
 
-template <class T, class F>
-std::vector<T> csv(const std::string& flag, const std::string& value, F conv) {
-  std::vector<T> out;
-  for (const auto& part : split(value, ',')) {
-    std::string t = trim(part);
-    if (t.empty()) throw UsageError(flag + ": empty entry in '" + value + "'; give a comma-separated list");
-    try {
-      size_t used = 0;
-      T v = conv(t, used);
-      if (used != t.size()) throw std::invalid_argument(t);
-      out.push_back(v);
-    } catch (const std::logic_error&) {
-      throw UsageError(flag + ": '" + t + "' is not a valid value");
-    }
-  }
-  return out;
-}
-std::vector<int> csv_int(const std::string& flag, const std::string& v) {
-  return csv<int>(flag, v, [](const std::string& s, size_t& u) { return std::stoi(s, &u); });
-}
-std::vector<double> csv_double(const std::string& flag, const std::string& v) {
-  return csv<double>(flag, v, [](const std::string& s, size_t& u) { return std::stod(s, &u); });
-}
-std::vector<std::string> csv_str(const std::string& flag, const std::string& v) {
-  return csv<std::string>(flag, v, [](const std::string& s, size_t& u) {
-    u = s.size();
-    return s;
-  });
-}
-
-// Profile first, then every flag the user gave overrides it.
+// Profile first, then every flag the user gave overrides it. Plan options go through their row of
+// the plan option table (parse, check the range, store).
 PlanOptions build_plan(const RunOptions& o) {
   PlanOptions p;
   apply_profile(find_profile(o.profile), p);
@@ -87,39 +59,14 @@ PlanOptions build_plan(const RunOptions& o) {
     for (const auto& t : o.prompts) p.prompts.push_back(prompt_from_text(t));
   }
   if (p.prompts.empty()) p.prompts = builtin_prompts();
-  if (o.given("--repeats")) p.repeats = o.repeats;
-  if (o.given("--max-tokens")) p.max_tokens = o.max_tokens;
-  if (o.given("--filler-sets")) p.filler_sets = o.filler_sets;
-  if (o.given("--threads")) p.threads = o.engine.thread_count();
-  if (o.given("--modes")) p.modes = csv_str("--modes", o.modes);
-  if (o.given("--batch-sizes")) p.batch_sizes = csv_int("--batch-sizes", o.batch_sizes);
-  if (o.given("--positions")) {
-    p.positions = csv_str("--positions", o.positions);
-    for (const auto& s : p.positions)
-      if (s != "first" && s != "middle" && s != "last" && s.find_first_not_of("0123456789") != std::string::npos)
-        throw UsageError("--positions: '" + s + "' is not first, middle, last or a non-negative integer");
+  for (const auto& opt : plan_options()) {
+    if (!*opt.flag || !o.given(opt.flag_name())) continue;
+    nlohmann::json v = opt.type == OptionType::Bool ? nlohmann::json(opt.flag_sets)
+                                                    : parse_flag_value(opt, o.plan_text.at(opt.name));
+    opt.set(p, check_plan_value(opt, v, opt.flag_name()));
   }
-  if (o.given("--temperatures")) p.temperatures = csv_double("--temperatures", o.temperatures);
-  if (o.given("--top-p")) p.top_ps = csv_double("--top-p", o.top_p);
-  if (o.given("--top-k")) p.top_ks = csv_int("--top-k", o.top_k);
-  if (o.given("--seeds"))
-    p.seeds = csv<uint64_t>("--seeds", o.seeds, [](const std::string& s, size_t& u) {
-      if (!s.empty() && s[0] == '-') throw std::invalid_argument(s);
-      return static_cast<uint64_t>(std::stoull(s, &u));
-    });
-  if (o.given("--format")) p.formats = parse_formats(o.format);
-  if (o.given("--max-divergent")) p.thresholds.max_divergent = o.max_divergent;
-  if (o.given("--min-tarr")) p.thresholds.min_tarr = o.min_tarr;
-  if (o.given("--gate-modes")) p.thresholds.modes = csv_str("--gate-modes", o.gate_modes);
-  if (o.given("--max-error-rate")) p.thresholds.max_error_rate = o.max_error_rate;
-  if (o.given("--answer-regex")) p.answer_regex = o.answer_regex;
-  if (o.given("--answer-json-path")) p.answer_json_path = o.answer_json_path;
-  if (o.given("--concurrency")) p.concurrency = csv_int("--concurrency", o.concurrency);
-  if (o.no_cache_probe) p.cache_probe = false;
-  if (p.thresholds.max_divergent < 0) throw UsageError("--max-divergent must be >= 0");
-  if (p.thresholds.min_tarr < 0 || p.thresholds.min_tarr > 1) throw UsageError("--min-tarr must be in [0, 1]");
-  for (int c : p.concurrency)
-    if (c < 1 || c > 4096) throw UsageError("--concurrency: levels must be from 1 to 4096");
+  // --threads is one of the engine flags (src/cli/flags.cpp), shared with generate, bench and serve.
+  if (o.given("--threads")) p.threads = o.engine.thread_count();
   return p;
 }
 
@@ -323,23 +270,14 @@ void setup_run(CLI::App& parent, Runner& runner) {
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
   s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}) or OpenAI Batch API input");
-  s->add_option("-n,--repeats", o->repeats, "Repeats of every batch context");
-  s->add_option("--max-tokens", o->max_tokens, "Tokens to generate per completion");
-  s->add_option("--modes", o->modes, "Kernel modes, comma-separated: default,batch-invariant");
-  s->add_option("--batch-sizes", o->batch_sizes, "Batch sizes, comma-separated (e.g. 1,8,32)");
-  s->add_option("--positions", o->positions, "Probe positions in the batch: first,middle,last or indices");
-  s->add_option("--filler-sets", o->filler_sets, "Filler draws per batch context");
-  s->add_option("--temperatures", o->temperatures, "Temperatures, comma-separated (0 = greedy)");
-  s->add_option("--top-p", o->top_p, "top-p values, comma-separated");
-  s->add_option("--top-k", o->top_k, "top-k values, comma-separated");
-  s->add_option("--seeds", o->seeds, "Sampling seeds, comma-separated");
-  s->add_option("--max-divergent", o->max_divergent, "Cases allowed to diverge per gated mode before exit 1");
-  s->add_option("--min-tarr", o->min_tarr, "Minimum share of cases with TARr (all outputs identical) per gated mode");
-  s->add_option("--gate-modes", o->gate_modes, "Modes or endpoint labels the thresholds apply to (default: profile's)");
-  s->add_option("--answer-regex", o->answer_regex, "PCRE2 answer extractor for TARa (first group or whole match)");
-  s->add_option("--answer-json-path", o->answer_json_path, "JSON path answer extractor for TARa, e.g. $.answer");
+  for (const auto& opt : plan_options()) {  // one flag per plan option with a flag
+    if (!*opt.flag) continue;
+    if (opt.type == OptionType::Bool)
+      s->add_flag(opt.flag, o->plan_flag[opt.name], opt.help);
+    else
+      s->add_option(opt.flag, o->plan_text[opt.name], opt.help);
+  }
   s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
-  s->add_option("--format", o->format, "Report formats: json,md,html,junit (FORMAT=PATH writes one elsewhere)");
   s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
   s->add_option("--baseline", o->baseline, "Golden report.json: exit 1 when this run drifts from it");
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
@@ -349,16 +287,13 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--api-model", o->api_model, "Model name sent to the endpoints (Azure: deployment)");
   s->add_option("--api", o->api, "chat | completions")->capture_default_str();
   s->add_option("--provider", o->provider, "openai | azure | vllm | sglang | llamacpp | ollama | tgi")->capture_default_str();
-  s->add_option("--concurrency", o->concurrency, "Concurrency levels, comma-separated (e.g. 1,8,64,256)");
   s->add_option("--api-key-env", o->api_key_env, "Environment variable holding the API key")->capture_default_str();
   s->add_option("--api-key-file", o->api_key_file, "File holding the API key");
   s->add_option("--ca-cert", o->ca_cert, "PEM CA bundle for TLS verification");
   s->add_option("--extra-body", o->extra_body, "JSON object merged into every request");
   s->add_flag("--stream", o->stream, "Use streaming (SSE) responses");
-  s->add_flag("--no-cache-probe", o->no_cache_probe, "Skip the cold-versus-warm prefix-cache probe");
   s->add_option("--max-retries", o->max_retries, "Retries per failed request")->capture_default_str();
   s->add_option("--timeout", o->timeout, "Read timeout in seconds")->capture_default_str();
-  s->add_option("--max-error-rate", o->max_error_rate, "Share of failed requests tolerated before exit 3");
   s->add_flag("--verbose", o->verbose, "Log requests and responses (API keys redacted) to stderr");
   s->callback([o, &runner] { runner = [o] { return run_run(*o); }; });
 }

@@ -52,8 +52,16 @@ ProfileSource find_profile(const std::string& name_or_path);   // UsageError lis
 // Applies a profile's keys over `o`. Unknown keys or bad values: UsageError naming the file, the key
 // and the allowed values.
 void apply_profile(const ProfileSource& src, PlanOptions& o);
-nlohmann::json plan_to_json(const PlanOptions& o);  // everything but the prompts' texts
-void validate_plan(const PlanOptions& o, int context_length);  // -1 when unknown (remote)
+// The report's "plan" block: profile, prompt_ids and every option of the plan option table
+// (repro/audit/plan_options.hpp) under its report key.
+nlohmann::json plan_to_json(const PlanOptions& o);
+// Restores the plan a report was made with (for --resume): every option from the plan block, through
+// the same checks as a profile; the prompts' texts from report.prompts. UsageError when a key is
+// missing or invalid.
+PlanOptions plan_from_report(const AuditReport& report);
+// Every option's valid range (error names the flag), prompts present, and what the local engine
+// can hold (context_length: -1 when unknown, i.e. remote).
+void validate_plan(const PlanOptions& o, int context_length);
 
 // Prompt sources. UsageError names the file and line.
 std::vector<Prompt> prompts_from_file(const std::string& path);  // .txt (one per line), .jsonl, batch API

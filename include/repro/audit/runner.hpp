@@ -35,9 +35,6 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
 // variables (never secrets), GPU (none without CUDA).
 nlohmann::json environment_record(int threads);
 
-// Restores the plan a report was made with (for --resume).
-PlanOptions plan_from_report(const AuditReport& report);
-
 // A key naming a completion's cell, for resume: prompt|decoding|mode|batch|position|fillers|cache|repeat.
 std::string cell_key(const Completion& c);
 

@@ -1,0 +1,270 @@
+// The table of plan options (see include/repro/audit/plan_options.hpp) and the one check every
+// value goes through, whether it comes from a flag, a profile or a report being resumed.
+#include "repro/audit/plan_options.hpp"
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+
+namespace repro {
+
+using nlohmann::json;
+
+namespace {
+
+bool int_in(const json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+  }
+  int64_t s = v.get<int64_t>();
+  return s >= lo && s <= hi;
+}
+// A finite number in [lo, hi]; NaN and infinities never pass (NaN fails both comparisons).
+bool num_in(const json& v, double lo, double hi) {
+  if (!v.is_number()) return false;
+  double d = v.get<double>();
+  return d >= lo && d <= hi;
+}
+bool one_of(const json& v, std::initializer_list<const char*> names) {
+  if (!v.is_string()) return false;
+  for (const char* n : names)
+    if (v.get<std::string>() == n) return true;
+  return false;
+}
+
+// Report formats: NAME or NAME=PATH (report/formats.cpp writes them).
+bool format_spec(const json& v) {
+  if (!v.is_string()) return false;
+  std::string s = v.get<std::string>();
+  size_t eq = s.find('=');
+  if (eq != std::string::npos && eq + 1 == s.size()) return false;
+  return one_of(json(s.substr(0, eq)), {"json", "md", "markdown", "html", "junit"});
+}
+
+bool position(const json& v) {
+  if (v.is_number_integer()) return int_in(v, 0, 1 << 20);
+  if (!v.is_string()) return false;
+  std::string s = v.get<std::string>();
+  if (s == "first" || s == "middle" || s == "last") return true;
+  return !s.empty() && s.size() <= 7 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+template <class T>
+std::vector<T> as_list(const json& v) {
+  return v.get<std::vector<T>>();
+}
+
+}  // namespace
+
+// clang-format off
+const std::vector<PlanOption>& plan_options() {
+  static const std::vector<PlanOption> table = {
+    {"max_tokens", OptionType::Int, "--max-tokens", "max_tokens", "max_tokens",
+     "Tokens to generate per completion", true,
+     [](const PlanOptions& o) { return json(o.max_tokens); },
+     [](PlanOptions& o, const json& v) { o.max_tokens = v.get<int>(); },
+     [](const json& v) { return int_in(v, 1, 1 << 20); }, "an integer from 1 to 1048576"},
+    {"repeats", OptionType::Int, "-n,--repeats", "repeats", "repeats",
+     "Repeats of every batch context", true,
+     [](const PlanOptions& o) { return json(o.repeats); },
+     [](PlanOptions& o, const json& v) { o.repeats = v.get<int>(); },
+     [](const json& v) { return int_in(v, 1, 1000000); }, "an integer from 1 to 1000000"},
+    {"modes", OptionType::TextList, "--modes", "modes", "modes",
+     "Kernel modes, comma-separated: default,batch-invariant", true,
+     [](const PlanOptions& o) { return json(o.modes); },
+     [](PlanOptions& o, const json& v) { o.modes = as_list<std::string>(v); },
+     [](const json& v) { return one_of(v, {"default", "batch-invariant"}); }, "default or batch-invariant"},
+    {"batch_sizes", OptionType::IntList, "--batch-sizes", "batch_sizes", "batch_sizes",
+     "Batch sizes, comma-separated (e.g. 1,8,32)", true,
+     [](const PlanOptions& o) { return json(o.batch_sizes); },
+     [](PlanOptions& o, const json& v) { o.batch_sizes = as_list<int>(v); },
+     [](const json& v) { return int_in(v, 1, 4096); }, "integers from 1 to 4096"},
+    {"positions", OptionType::TextList, "--positions", "positions", "positions",
+     "Probe positions in the batch: first,middle,last or indices", true,
+     [](const PlanOptions& o) { return json(o.positions); },
+     [](PlanOptions& o, const json& v) {
+       o.positions.clear();
+       for (const auto& e : v) o.positions.push_back(e.is_string() ? e.get<std::string>() : std::to_string(e.get<int>()));
+     },
+     position, "first, middle, last or a non-negative integer"},
+    {"filler_sets", OptionType::Int, "--filler-sets", "filler_sets", "filler_sets",
+     "Filler draws per batch context", true,
+     [](const PlanOptions& o) { return json(o.filler_sets); },
+     [](PlanOptions& o, const json& v) { o.filler_sets = v.get<int>(); },
+     [](const json& v) { return int_in(v, 1, 10000); }, "an integer from 1 to 10000"},
+    {"filler_seed", OptionType::UInt, "", "filler_seed", "filler_seed",
+     "Seed of the filler draws (filler set i uses filler_seed + i)", true,
+     [](const PlanOptions& o) { return json(o.filler_seed); },
+     [](PlanOptions& o, const json& v) { o.filler_seed = v.get<uint64_t>(); },
+     [](const json& v) { return v.is_number_unsigned(); }, "a non-negative integer"},
+    {"temperatures", OptionType::NumberList, "--temperatures", "temperatures", "temperatures",
+     "Temperatures, comma-separated (0 = greedy)", true,
+     [](const PlanOptions& o) { return json(o.temperatures); },
+     [](PlanOptions& o, const json& v) { o.temperatures = as_list<double>(v); },
+     [](const json& v) { return num_in(v, 0, 10); }, "numbers from 0 to 10"},
+    {"top_ps", OptionType::NumberList, "--top-p", "top_p", "top_p",
+     "top-p values, comma-separated", true,
+     [](const PlanOptions& o) { return json(o.top_ps); },
+     [](PlanOptions& o, const json& v) { o.top_ps = as_list<double>(v); },
+     [](const json& v) { return num_in(v, 0, 1) && v.get<double>() > 0; }, "numbers in (0, 1]"},
+    {"top_ks", OptionType::IntList, "--top-k", "top_k", "top_k",
+     "top-k values, comma-separated (0 = off)", true,
+     [](const PlanOptions& o) { return json(o.top_ks); },
+     [](PlanOptions& o, const json& v) { o.top_ks = as_list<int>(v); },
+     [](const json& v) { return int_in(v, 0, 1 << 20); }, "integers from 0 to 1048576"},
+    {"seeds", OptionType::UIntList, "--seeds", "seeds", "seeds",
+     "Sampling seeds, comma-separated", true,
+     [](const PlanOptions& o) { return json(o.seeds); },
+     [](PlanOptions& o, const json& v) { o.seeds = as_list<uint64_t>(v); },
+     [](const json& v) { return v.is_number_unsigned(); }, "non-negative integers"},
+    // Its flag, --threads, is one of the engine flags shared by every engine subcommand (cli/flags).
+    {"threads", OptionType::Int, "", "threads", "threads",
+     "Engine threads", true,
+     [](const PlanOptions& o) { return json(o.threads); },
+     [](PlanOptions& o, const json& v) { o.threads = v.get<int>(); },
+     [](const json& v) { return int_in(v, 1, 1024); }, "an integer from 1 to 1024"},
+    {"thresholds.max_divergent", OptionType::Int, "--max-divergent", "thresholds.max_divergent",
+     "thresholds.max_divergent", "Cases allowed to diverge per gated mode before exit 1", true,
+     [](const PlanOptions& o) { return json(o.thresholds.max_divergent); },
+     [](PlanOptions& o, const json& v) { o.thresholds.max_divergent = v.get<int>(); },
+     [](const json& v) { return int_in(v, 0, 1 << 30); }, "an integer from 0 to 1073741824"},
+    {"thresholds.min_tarr", OptionType::Number, "--min-tarr", "thresholds.min_tarr", "thresholds.min_tarr",
+     "Minimum share of cases with TARr (all outputs identical) per gated mode", true,
+     [](const PlanOptions& o) { return json(o.thresholds.min_tarr); },
+     [](PlanOptions& o, const json& v) { o.thresholds.min_tarr = v.get<double>(); },
+     [](const json& v) { return num_in(v, 0, 1); }, "a number from 0 to 1"},
+    {"thresholds.modes", OptionType::TextList, "--gate-modes", "thresholds.modes", "thresholds.modes",
+     "Modes or endpoint labels the thresholds apply to (default: profile's; empty = all)", true,
+     [](const PlanOptions& o) { return json(o.thresholds.modes); },
+     [](PlanOptions& o, const json& v) { o.thresholds.modes = as_list<std::string>(v); },
+     [](const json& v) { return v.is_string() && !v.get<std::string>().empty(); }, "mode or endpoint names", true},
+    {"thresholds.max_error_rate", OptionType::Number, "--max-error-rate", "thresholds.max_error_rate",
+     "thresholds.max_error_rate", "Share of failed requests tolerated before exit 3", true,
+     [](const PlanOptions& o) { return json(o.thresholds.max_error_rate); },
+     [](PlanOptions& o, const json& v) { o.thresholds.max_error_rate = v.get<double>(); },
+     [](const json& v) { return num_in(v, 0, 1); }, "a number from 0 to 1"},
+    {"answer_regex", OptionType::Text, "--answer-regex", "answer_regex", "answer_regex",
+     "PCRE2 answer extractor for TARa (first group or whole match)", true,
+     [](const PlanOptions& o) { return json(o.answer_regex); },
+     [](PlanOptions& o, const json& v) { o.answer_regex = v.get<std::string>(); },
+     [](const json& v) { return v.is_string(); }, "a string"},
+    {"answer_json_path", OptionType::Text, "--answer-json-path", "answer_json_path", "answer_json_path",
+     "JSON path answer extractor for TARa, e.g. $.answer", true,
+     [](const PlanOptions& o) { return json(o.answer_json_path); },
+     [](PlanOptions& o, const json& v) { o.answer_json_path = v.get<std::string>(); },
+     [](const json& v) { return v.is_string(); }, "a string"},
+    {"formats", OptionType::TextList, "--format", "formats", "formats",
+     "Report formats: json,md,html,junit (FORMAT=PATH writes one elsewhere)", true,
+     [](const PlanOptions& o) { return json(o.formats); },
+     [](PlanOptions& o, const json& v) { o.formats = as_list<std::string>(v); },
+     format_spec, "report formats json, md, html or junit, each optionally as FORMAT=PATH"},
+    {"concurrency", OptionType::IntList, "--concurrency", "concurrency", "concurrency",
+     "Concurrency levels, comma-separated (e.g. 1,8,64,256)", true,
+     [](const PlanOptions& o) { return json(o.concurrency); },
+     [](PlanOptions& o, const json& v) { o.concurrency = as_list<int>(v); },
+     [](const json& v) { return int_in(v, 1, 4096); }, "integers from 1 to 4096"},
+    {"cache_probe", OptionType::Bool, "--no-cache-probe", "cache_probe", "cache_probe",
+     "Skip the cold-versus-warm prefix-cache probe", false,
+     [](const PlanOptions& o) { return json(o.cache_probe); },
+     [](PlanOptions& o, const json& v) { o.cache_probe = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
+  };
+  return table;
+}
+// clang-format on
+
+std::string PlanOption::flag_name() const {
+  std::string f = flag;
+  size_t comma = f.rfind(',');
+  return comma == std::string::npos ? f : f.substr(comma + 1);
+}
+
+const PlanOption* find_plan_option_by_key(const std::string& key) {
+  for (const auto& o : plan_options())
+    if (key == o.profile_key || key == o.report_key) return &o;
+  return nullptr;
+}
+
+namespace {
+
+bool is_list(OptionType t) {
+  return t == OptionType::IntList || t == OptionType::UIntList || t == OptionType::NumberList ||
+         t == OptionType::TextList;
+}
+
+std::string shown(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return fmt::format("{}", v.get<double>());
+  if (v.is_string()) return "'" + v.get<std::string>() + "'";
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+json check_plan_value(const PlanOption& opt, const json& value, const std::string& where) {
+  auto fail = [&](const json& got, const std::string& what) -> json {
+    throw UsageError(where + " must be " + what + " (got " + shown(got) + ")");
+  };
+  if (!is_list(opt.type)) {
+    if (!opt.valid_value(value)) fail(value, opt.valid);
+    return value;
+  }
+  json list = value.is_array() ? value : json::array({value});
+  if (list.empty() && !opt.may_be_empty) fail(value, std::string("a non-empty list of ") + opt.valid);
+  for (const auto& e : list)
+    if (!opt.valid_value(e)) fail(e, opt.valid);
+  return list;
+}
+
+json parse_flag_value(const PlanOption& opt, const std::string& text) {
+  auto one = [&](const std::string& s, OptionType t) -> json {
+    switch (t) {
+      case OptionType::Int:
+      case OptionType::IntList:
+      case OptionType::UInt:
+      case OptionType::UIntList: {
+        if (s.empty() || s.find_first_not_of("-+0123456789") != std::string::npos) return s;
+        errno = 0;
+        char* end = nullptr;
+        if (s[0] == '-') {
+          long long v = std::strtoll(s.c_str(), &end, 10);
+          if (errno || *end) return s;
+          return static_cast<int64_t>(v);
+        }
+        unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+        if (errno || *end) return s;
+        return static_cast<uint64_t>(v);
+      }
+      case OptionType::Number:
+      case OptionType::NumberList: {
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end) return s;
+        return v;  // NaN and infinities stay, and fail the range check by name
+      }
+      case OptionType::Bool:
+        if (s == "true") return true;
+        if (s == "false") return false;
+        return s;
+      default:
+        return s;
+    }
+  };
+  if (!is_list(opt.type)) return one(trim(text), opt.type);
+  json out = json::array();
+  for (const auto& part : split(text, ',')) {
+    std::string t = trim(part);
+    if (t.empty()) throw UsageError(opt.flag_name() + ": empty entry in '" + text + "'; give a comma-separated list");
+    out.push_back(one(t, opt.type));
+  }
+  return out;
+}
+
+}  // namespace repro
