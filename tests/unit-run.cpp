@@ -50,6 +50,10 @@ TEST_CASE("run with no arguments: quick profile on the embedded model, all repor
   CHECK(has_ratio);
   CHECK(rep.environment.contains("model"));
   CHECK(rep.environment["digests"].contains("model_sha256"));
+  auto doc = nlohmann::json::parse(read_file((dir / "repro-audit-report" / "report.json").string()));
+  CHECK(doc["digests"]["profile_sha256"] == rep.environment["digests"]["profile_sha256"]);
+  CHECK(doc["digests"]["model_sha256"] == rep.environment["model"]["sha256"]);
+  CHECK(doc["plan"]["cache_probe"] == true);
   // `repro-audit` alone is `repro-audit run`
   auto r2 = sh("cd '" + dir.string() + "' && " + cli(dir, "--help"));
   CHECK(r2.output.find("run") != std::string::npos);

@@ -11,6 +11,7 @@
 #include "repro/common/error.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/remote/remote.hpp"
 #include "repro/report/report.hpp"
 #include "repro/audit/runner.hpp"
@@ -102,13 +103,6 @@ std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
   return eps;
 }
 
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 int run_run(const RunOptions& o) {
   namespace fs = std::filesystem;
   AuditReport report;
@@ -168,35 +162,7 @@ int run_run(const RunOptions& o) {
       throw UsageError("--out '" + out_dir + "': cannot create the directory (" + ec.message() + "); choose a writable path");
   }
 
-  report.created = now_utc();
-  report.profile = plan.profile;
-  report.plan = plan_to_json(plan);
-  report.thresholds = plan.thresholds;
-  report.answer_regex = plan.answer_regex;
-  report.answer_json_path = plan.answer_json_path;
-  report.environment = environment_record(plan.threads);
-  std::string prompts_concat;
-  for (const auto& p : plan.prompts) prompts_concat += p.id + "\t" + p.text + "\n";
-  nlohmann::json digests = {{"prompts_sha256", sha256_hex(prompts_concat)}, {"profile_sha256", plan.profile_digest}};
-  if (model) {
-    report.environment["model"] = {{"path", fs::absolute(model_path).string()},
-                                   {"sha256", model->file_sha256},
-                                   {"format", model->format},
-                                   {"arch", model->config.arch},
-                                   {"parameters", model->n_params},
-                                   {"tokenizer", model->tokenizer->kind()}};
-    std::vector<Mode> modes;
-    for (const auto& m : plan.modes) modes.push_back(parse_mode(m, "--modes"));
-    report.environment["engine"] = engine_record(device, precision, modes, plan.threads);
-    digests["model_sha256"] = model->file_sha256;
-  } else {
-    nlohmann::json eps = nlohmann::json::array();
-    for (const auto& e : endpoints)
-      eps.push_back({{"label", e.label}, {"url", redact_url(e.url)}, {"api_model", e.api_model}, {"api", e.api},
-                     {"provider", provider_name(e.provider)}, {"stream", e.stream}});
-    report.environment["endpoints"] = eps;
-  }
-  report.environment["digests"] = digests;
+  record_provenance(report, plan, model.get(), model_path, EngineSetup{device, precision}, endpoints);
 
   // ---- replay ----
   g_stop = false;

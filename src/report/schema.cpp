@@ -382,7 +382,8 @@ void read_value(const json& j, T& out) {
   }
 }
 
-// A digest recorded by the runner in the environment, as environment[key] or environment[obj].sha256.
+// A digest recorded by the runner in the environment, as environment[key], environment[obj].sha256
+// or environment.digests[key] (src/audit/provenance.cpp), the first one present.
 void copy_digest(const json& env, json& digests, const char* out, const char* key, const char* obj) {
   if (!env.is_object()) return;
   if (auto it = env.find(key); it != env.end() && it->is_string()) {
@@ -390,7 +391,12 @@ void copy_digest(const json& env, json& digests, const char* out, const char* ke
     return;
   }
   if (auto it = env.find(obj); it != env.end() && it->is_object())
-    if (auto s = it->find("sha256"); s != it->end() && s->is_string()) digests[out] = *s;
+    if (auto s = it->find("sha256"); s != it->end() && s->is_string()) {
+      digests[out] = *s;
+      return;
+    }
+  if (auto it = env.find("digests"); it != env.end() && it->is_object())
+    if (auto s = it->find(key); s != it->end() && s->is_string() && !s->get<std::string>().empty()) digests[out] = *s;
 }
 
 }  // namespace

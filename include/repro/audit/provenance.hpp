@@ -1,0 +1,42 @@
+// Report provenance: what was run, on what, with which inputs. Built here, in the audit layer, so
+// every front end (the `run` subcommand, a service, a test) records the same fields the same way.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "repro/audit/plan.hpp"
+#include "repro/audit/result.hpp"
+#include "repro/engine/device.hpp"
+#include "repro/model/model.hpp"
+#include "repro/remote/remote.hpp"
+
+namespace repro {
+
+// Model identity: absolute path, file SHA-256, format, architecture, parameter count, tokenizer kind.
+nlohmann::json model_identity(const Model& model, const std::string& model_path);
+// The endpoints as configured: label, URL (credentials redacted), API model, API, provider, stream.
+// Never the API key.
+nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints);
+// Digests of the inputs: prompts_sha256 (SHA-256 of "id\ttext\n" per prompt, in plan order),
+// profile_sha256 (of the profile file's bytes) and, for a local model, model_sha256.
+nlohmann::json input_digests(const PlanOptions& plan, const Model* model);
+
+// What the local engine ran on (the resolved engine configuration).
+struct EngineSetup {
+  Device device = Device::Cpu;
+  Precision precision = Precision::F32;
+};
+
+// Starts a report for `plan`: created (now, UTC), profile, plan block, thresholds, extractors, the
+// prompts' texts, and the
+// environment record (tool, OS, CPU, ...) with the model identity and engine (local: `model` given)
+// or the endpoints (remote), the profile and the input digests. Completions are left as they are
+// (a resumed report keeps its finished ones).
+void record_provenance(AuditReport& report, const PlanOptions& plan, const Model* model, const std::string& model_path,
+                       const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints);
+
+// The current time as ISO-8601 UTC ("2026-01-01T00:00:00Z").
+std::string utc_now();
+
+}  // namespace repro

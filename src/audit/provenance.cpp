@@ -1,0 +1,67 @@
+// Report provenance (see include/repro/audit/provenance.hpp).
+#include "repro/audit/provenance.hpp"
+
+#include <ctime>
+#include <filesystem>
+
+#include "repro/audit/runner.hpp"
+#include "repro/common/util.hpp"
+
+namespace repro {
+
+nlohmann::json model_identity(const Model& model, const std::string& model_path) {
+  return {{"path", std::filesystem::absolute(model_path).string()},
+          {"sha256", model.file_sha256},
+          {"format", model.format},
+          {"arch", model.config.arch},
+          {"parameters", model.n_params},
+          {"tokenizer", model.tokenizer->kind()}};
+}
+
+nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
+  nlohmann::json eps = nlohmann::json::array();
+  for (const auto& e : endpoints)
+    eps.push_back({{"label", e.label}, {"url", redact_url(e.url)}, {"api_model", e.api_model}, {"api", e.api},
+                   {"provider", provider_name(e.provider)}, {"stream", e.stream}});
+  return eps;
+}
+
+nlohmann::json input_digests(const PlanOptions& plan, const Model* model) {
+  std::string prompts;
+  for (const auto& p : plan.prompts) prompts += p.id + "\t" + p.text + "\n";
+  nlohmann::json d = {{"prompts_sha256", sha256_hex(prompts)}, {"profile_sha256", plan.profile_digest}};
+  if (model) d["model_sha256"] = model->file_sha256;
+  return d;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void record_provenance(AuditReport& report, const PlanOptions& plan, const Model* model, const std::string& model_path,
+                       const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints) {
+  report.created = utc_now();
+  report.profile = plan.profile;
+  report.plan = plan_to_json(plan);
+  report.thresholds = plan.thresholds;
+  report.answer_regex = plan.answer_regex;
+  report.answer_json_path = plan.answer_json_path;
+  for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
+  report.environment = environment_record(plan.threads);
+  if (model) {
+    report.environment["model"] = model_identity(*model, model_path);
+    std::vector<Mode> modes;
+    for (const auto& m : plan.modes) modes.push_back(parse_mode(m, "--modes"));
+    report.environment["engine"] = engine_record(engine.device, engine.precision, modes, plan.threads);
+  } else {
+    report.environment["endpoints"] = endpoints_record(endpoints);
+  }
+  report.environment["digests"] = input_digests(plan, model);
+}
+
+}  // namespace repro
