@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "repro/remote/remote.hpp"
+#include "repro/openai/protocol.hpp"
 
 namespace repro::fuzz {
 

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "repro/remote/remote.hpp"
+#include "repro/audit/remote_probe.hpp"
 #include "fault_server.hpp"
 
 using namespace repro;

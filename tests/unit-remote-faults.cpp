@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "repro/common/error.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/audit/remote_probe.hpp"
 #include "fault_server.hpp"
 #include "test_util.hpp"
 

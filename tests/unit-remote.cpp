@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "repro/common/error.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/audit/remote_probe.hpp"
 #include "repro/common/util.hpp"
 #include "fault_server.hpp"
 #include "test_util.hpp"
@@ -440,4 +440,62 @@ TEST_CASE("cache probe: cold first, then warm") {
   CHECK(out[2].repeat == 2);
   for (auto& c : out) CHECK(c.error.empty());
   CHECK(srv.requests.load() == 3);
+}
+
+TEST_CASE("layers: the client returns its own result; the audit layer makes Completions of it") {
+  RemoteResult ok;
+  ok.decoding_id = "greedy";
+  ok.seed = 7;
+  ok.attempts = 2;
+  ok.latency_s = 0.5;
+  ok.ttft_s = 0.125;
+  ok.response.text = "hi";
+  ok.response.tokens_known = true;
+  ok.response.tokens = {1, 2, 3, 4};
+  ok.response.logprobs = {-0.5f, -0.25f, 0.0f, -1.0f};
+  ok.response.finish_reason = "length";
+  ok.response.system_fingerprint = "fp";
+  ok.response.model = "m";
+  ok.response.id = "r1";
+  ok.response.created = 1700000000;
+  ok.response.prompt_tokens = 5;  // completion_tokens unknown (-1): counted from the tokens
+  Completion c = completion_from(ok);
+  CHECK(c.decoding_id == "greedy");
+  CHECK(c.seed == 7);
+  CHECK(c.attempts == 2);
+  CHECK(c.text == "hi");
+  CHECK(c.tokens == std::vector<int>{1, 2, 3, 4});
+  CHECK(c.completion_tokens == 4);
+  CHECK(c.prompt_tokens == 5);
+  CHECK(c.tokens_per_s == 8.0);
+  CHECK(c.ttft_s == 0.125);
+  CHECK(c.system_fingerprint == "fp");
+  CHECK(c.response_model == "m");
+  CHECK(c.response_id == "r1");
+  CHECK(c.created == 1700000000);
+  CHECK(c.error.empty());
+
+  RemoteResult bad;
+  bad.cause = FailCause::http_5xx;
+  bad.error = "http_5xx: 503 (after 4 attempts)";
+  bad.attempts = 4;
+  Completion f = completion_from(bad);
+  CHECK(f.error == bad.error);
+  CHECK_FALSE(f.tokens_known);
+  CHECK(f.attempts == 4);
+  CHECK(f.text.empty());
+
+  // Nothing under remote/ or openai/ includes an audit (or report) header.
+  namespace fs = std::filesystem;
+  const fs::path root(REPRO_SOURCE_DIR);
+  int files = 0;
+  for (const char* dir : {"src/remote", "src/openai", "include/repro/remote", "include/repro/openai"})
+    for (const auto& e : fs::directory_iterator(root / dir)) {
+      std::string text = read_file(e.path().string());
+      ++files;
+      CAPTURE(e.path().string());
+      CHECK(text.find("repro/audit/") == std::string::npos);
+      CHECK(text.find("repro/report/") == std::string::npos);
+    }
+  CHECK(files >= 4);
 }

@@ -1,16 +1,54 @@
 // The remote audit pieces the runner calls: the closed-loop probe at one concurrency level and the
-// cold/warm prefix-cache probe. Both run one RemoteClient loop on the calling thread.
+// cold/warm prefix-cache probe. Both run one RemoteClient loop on the calling thread, and turn the
+// client's responses into Completion records here (the client knows nothing of audits).
+#include "repro/audit/remote_probe.hpp"
+
+#include <algorithm>
+
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
-#include "repro/remote/remote.hpp"
 
 namespace repro {
+
+Completion completion_from(const RemoteResult& res) {
+  Completion c;
+  c.decoding_id = res.decoding_id;
+  c.seed = res.seed;
+  c.attempts = res.attempts;
+  if (!res.error.empty() || res.cause != FailCause::none) {
+    c.tokens_known = false;
+    c.error = res.error;
+    return c;
+  }
+  const ParsedResponse& r = res.response;
+  c.text = r.text;
+  c.tokens_known = r.tokens_known;
+  c.tokens = r.tokens;
+  c.logprobs = r.logprobs;
+  c.finish_reason = r.finish_reason;
+  c.system_fingerprint = r.system_fingerprint;
+  c.response_model = r.model;
+  c.response_id = r.id;
+  c.created = r.created;
+  c.prompt_tokens = std::max(0, r.prompt_tokens);
+  if (r.completion_tokens >= 0)
+    c.completion_tokens = r.completion_tokens;
+  else if (r.tokens_known)
+    c.completion_tokens = static_cast<int>(r.tokens.size());
+  else
+    c.completion_tokens = static_cast<int>(r.logprobs.size());
+  c.latency_s = res.latency_s;
+  c.ttft_s = res.ttft_s;
+  c.tokens_per_s = res.latency_s > 0 ? c.completion_tokens / res.latency_s : 0;
+  return c;
+}
 
 namespace {
 
 RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
   RequestParams p;
-  p.decoding = probe.decoding;
+  const DecodingConfig& d = probe.decoding;
+  p.decoding = RequestDecoding{d.id, d.temperature, d.top_p, d.top_k, d.max_tokens};
   p.seed = probe.seed;
   p.stop = probe.stop;
   p.logprobs = probe.logprobs;
@@ -58,8 +96,9 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
     client.submit(pp, [&, r](RemoteResult&& res) {
       if (res.aborted) return;
       if (res.cause != FailCause::none) ++client.stats().probe_failed;
-      stamp(res.c, spec, probe, concurrency, r);
-      out.push_back(std::move(res.c));
+      Completion c = completion_from(res);
+      stamp(c, spec, probe, concurrency, r);
+      out.push_back(std::move(c));
       ++probes_done;
       if (progress) progress(probes_done, repeats);
       if (probes_done >= repeats)
@@ -106,9 +145,10 @@ std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemotePr
     client.submit(pp, [&](RemoteResult&& res) {
       if (res.aborted) return;
       if (res.cause != FailCause::none) ++client.stats().probe_failed;
-      stamp(res.c, spec, probe, 1, done);
-      res.c.cache_state = done == 0 ? "cold" : "warm";
-      out.push_back(std::move(res.c));
+      Completion c = completion_from(res);
+      stamp(c, spec, probe, 1, done);
+      c.cache_state = done == 0 ? "cold" : "warm";
+      out.push_back(std::move(c));
       if (++done <= warm_repeats) submit();
     });
   };

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "repro/audit/batch_context.hpp"
+#include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/common/error.hpp"
 

@@ -12,7 +12,7 @@
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
 #include "repro/audit/provenance.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/remote/client.hpp"
 #include "repro/report/report.hpp"
 #include "repro/audit/runner.hpp"
 #include "repro/common/util.hpp"

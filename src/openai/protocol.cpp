@@ -21,7 +21,7 @@
 #include <ctime>
 
 #include "repro/common/error.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/openai/protocol.hpp"
 
 namespace repro {
 

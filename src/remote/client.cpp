@@ -9,7 +9,7 @@
 // Faults: 429 and 5xx, timeouts, connect errors, resets, cut streams, invalid JSON and empty choices
 // are retried up to spec.max_retries with exponential backoff and jitter (Retry-After honoured,
 // capped at retry_after_max_s); other 4xx and TLS failures are not retried. A request that fails
-// for good is delivered with Completion::error = "<cause>: <detail> (after N attempts)".
+// for good is delivered with RemoteResult::error = "<cause>: <detail> (after N attempts)".
 //
 // TLS: peer and host verification always on; CAINFO from spec.ca_cert. No insecure switch.
 // Secrets: the key only ever goes into the curl header list; every string produced here (errors,
@@ -34,7 +34,7 @@
 #include <unordered_set>
 
 #include "repro/common/error.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/remote/client.hpp"
 #include "repro/common/util.hpp"
 
 namespace repro {
@@ -290,22 +290,6 @@ struct RemoteClient::Impl {
     active.erase(t);
   }
 
-  static void fill(Completion& c, const ParsedResponse& r) {
-    c.text = r.text;
-    c.tokens_known = r.tokens_known;
-    c.tokens = r.tokens;
-    c.logprobs = r.logprobs;
-    c.finish_reason = r.finish_reason;
-    c.system_fingerprint = r.system_fingerprint;
-    c.response_model = r.model;
-    c.response_id = r.id;
-    c.created = r.created;
-    c.prompt_tokens = std::max(0, r.prompt_tokens);
-    if (r.completion_tokens >= 0) c.completion_tokens = r.completion_tokens;
-    else if (r.tokens_known) c.completion_tokens = static_cast<int>(r.tokens.size());
-    else c.completion_tokens = static_cast<int>(r.logprobs.size());
-  }
-
   // Classify a finished attempt; fills `pr` on success.
   FailCause classify(Transfer* t, CURLcode code, ParsedResponse& pr, std::string& detail) {
     if (t->timed_out) {
@@ -403,25 +387,22 @@ struct RemoteClient::Impl {
     }
     RemoteResult res;
     res.cause = cause;
-    Completion& c = res.c;
-    c.decoding_id = job->params.decoding.id;
-    c.seed = job->params.seed;
-    c.attempts = job->attempt;
+    res.decoding_id = job->params.decoding.id;
+    res.seed = job->params.seed;
+    res.attempts = job->attempt;
     ++st.requests;
     if (cause == FailCause::none) {
       ++st.succeeded;
-      fill(c, pr);
-      c.latency_s = latency;
-      c.ttft_s = ttft;
-      c.tokens_per_s = latency > 0 ? c.completion_tokens / latency : 0;
-      c.text = scrub_secret(c.text, spec().api_key);
+      res.response = std::move(pr);
+      res.response.text = scrub_secret(res.response.text, spec().api_key);
+      res.latency_s = latency;
+      res.ttft_s = ttft;
     } else {
       ++st.failed;
       ++st.final_errors[cause_name(cause)];
-      c.tokens_known = false;
-      c.error = scrub_secret(std::string(cause_name(cause)) + ": " + detail + " (after " +
-                                 std::to_string(job->attempt) + " attempt" + (job->attempt > 1 ? "s" : "") + ")",
-                             spec().api_key);
+      res.error = scrub_secret(std::string(cause_name(cause)) + ": " + detail + " (after " +
+                                   std::to_string(job->attempt) + " attempt" + (job->attempt > 1 ? "s" : "") + ")",
+                               spec().api_key);
     }
     if (job->done) job->done(std::move(res));
   }
@@ -443,9 +424,8 @@ struct RemoteClient::Impl {
       RemoteResult res;
       res.aborted = true;
       res.cause = FailCause::aborted;
-      res.c.error = "aborted: interrupted before the response finished";
-      res.c.tokens_known = false;
-      res.c.attempts = j->attempt;
+      res.error = "aborted: interrupted before the response finished";
+      res.attempts = j->attempt;
       if (j->done) j->done(std::move(res));
     }
   }

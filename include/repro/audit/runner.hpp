@@ -9,7 +9,7 @@
 #include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 #include "repro/audit/plan.hpp"
-#include "repro/remote/remote.hpp"
+#include "repro/openai/protocol.hpp"
 #include "repro/audit/result.hpp"
 
 namespace repro {

@@ -1,10 +1,10 @@
-// Remote OpenAI-compatible endpoints: endpoint spec and provider presets, request building,
-// SSE / JSON response parsing, a single-thread libcurl-multi client with retries, and the audit
-// pieces the runner calls (closed-loop probe under concurrency, cold/warm prefix-cache probe).
+// The OpenAI-compatible wire protocol, shared by the client (src/remote) and the server (src/serve):
+// endpoint spec and provider presets, request building, SSE and JSON response parsing. Plain
+// functions and small types; no I/O. Nothing here knows about audits or reports.
 //
 // Security: EndpointSpec::api_key lives in memory only. It is sent as `Authorization: Bearer` (or
-// Azure's `api-key` header) and never written into a Completion, an error string, RemoteStats or
-// the verbose log: every string this module produces passes through scrub_secret().
+// Azure's `api-key` header) and never written into an error string, a response, the stats or the
+// verbose log: every string the client produces passes through scrub_secret().
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -15,7 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include "repro/audit/result.hpp"
 
 namespace repro {
 
@@ -28,7 +27,7 @@ Provider parse_provider(const std::string& name);
 const char* provider_name(Provider p);
 
 struct EndpointSpec {
-  std::string label;               // report label (Completion::mode)
+  std::string label;               // label (the audit reports it as the mode)
   std::string url;                 // base: http://127.0.0.1:8000 or http://host:8000/v1 or https://x.openai.azure.com
   std::string api_model;           // "model" field; Azure: the deployment name
   std::string api = "chat";        // "chat" | "completions"
@@ -52,14 +51,6 @@ struct EndpointSpec {
 // "--endpoint" value: "label=URL" or bare "URL" (label = URL). Throws UsageError on a bad URL.
 EndpointSpec parse_endpoint_arg(const std::string& arg);
 
-// The API key: from `file` when non-empty (trimmed; throws UsageError naming --api-key-file when
-// unreadable or empty), else from the environment variable `env_name` (empty when unset).
-std::string load_api_key(const std::string& env_name, const std::string& file);
-
-// Checks the spec (url scheme http/https, api chat|completions, model set, timeouts > 0, ca_cert
-// readable); throws UsageError naming the flag and the fix.
-void validate_endpoint(const EndpointSpec& spec);
-
 // URL with any user:password@ removed (for reports and logs).
 std::string redact_url(const std::string& url);
 // `s` with every occurrence of `secret` replaced by "[REDACTED]" (no-op for an empty secret).
@@ -67,10 +58,19 @@ std::string scrub_secret(std::string s, const std::string& secret);
 
 // ---------------------------------------------------------------- requests
 
+// Decoding parameters of one request (the audit's DecodingConfig, as the wire sees it).
+struct RequestDecoding {
+  std::string id;                  // the caller's name for this config (for error messages)
+  double temperature = 0;
+  double top_p = 1;
+  int top_k = 0;
+  int max_tokens = 32;
+};
+
 struct RequestParams {
   std::string prompt;              // completions API (and chat when messages is empty)
   nlohmann::json messages;         // chat API: [{"role","content"}]; null/empty -> one user message = prompt
-  DecodingConfig decoding;
+  RequestDecoding decoding;
   uint64_t seed = 0;
   bool send_seed = true;
   std::vector<std::string> stop;
@@ -108,7 +108,7 @@ class SseParser {
   size_t max_line_;
 };
 
-// Failure causes, for stats and Completion::error ("<cause>: <detail>").
+// Failure causes, for stats and error strings ("<cause>: <detail>").
 enum class FailCause {
   none, http_429, http_5xx, http_4xx, timeout, connect, reset, stream_cut, invalid_json,
   empty_choices, server_error, tls, aborted, other
@@ -156,89 +156,5 @@ void parse_choice(const nlohmann::json& choice, bool chat, ParsedResponse& r);
 std::string error_message_from_body(std::string_view body);
 // Retry-After header value: delay-seconds or an HTTP-date; -1 when absent/unparsable.
 double parse_retry_after(std::string_view value, int64_t now_unix);
-
-// ---------------------------------------------------------------- the client
-
-struct RemoteStats {
-  int64_t requests = 0;            // logical requests finished (success or failure), probes + fillers
-  int64_t attempts = 0;            // HTTP attempts started
-  int64_t retries = 0;
-  int64_t succeeded = 0;
-  int64_t failed = 0;              // logical requests failed after retries (aborted excluded)
-  int64_t aborted = 0;             // cancelled by the stop flag or at the end of a closed loop
-  int64_t probe_failed = 0, filler_failed = 0;
-  std::map<std::string, int64_t> attempt_errors;  // cause -> failed attempts (retried or not)
-  std::map<std::string, int64_t> final_errors;    // cause -> failed logical requests
-  int max_in_flight = 0;
-  double wall_s = 0;
-  double client_cpu_s = 0;         // CPU time of the thread that ran the loop
-  long rss_start_kb = 0, rss_peak_in_flight_kb = 0;  // process RSS before the loop / at max in flight
-  void merge(const RemoteStats& o);
-  nlohmann::json to_json() const;
-};
-
-struct RemoteResult {
-  Completion c;                    // response fields filled; c.error non-empty on failure
-  FailCause cause = FailCause::none;
-  bool aborted = false;
-};
-
-// Single-thread libcurl-multi engine. submit() may be called from callbacks (closed loop).
-class RemoteClient {
- public:
-  explicit RemoteClient(EndpointSpec spec, int max_connections = 1024);
-  ~RemoteClient();
-  RemoteClient(const RemoteClient&) = delete;
-  RemoteClient& operator=(const RemoteClient&) = delete;
-
-  using Callback = std::function<void(RemoteResult&&)>;
-  // Queues a logical request (retried per the spec); `done` runs on the loop thread.
-  void submit(const RequestParams& params, Callback done);
-  // Runs until nothing is in flight or queued, *stop becomes true, or cancel() was called; then
-  // aborts what is left (their callbacks run with aborted=true).
-  void run(const std::atomic<bool>* stop = nullptr);
-  void cancel() { cancelled_ = true; }
-  int in_flight() const;
-  RemoteStats& stats() { return stats_; }
-  const EndpointSpec& spec() const { return spec_; }
-
-  struct Impl;
-
- private:
-  EndpointSpec spec_;
-  Impl* impl_;
-  RemoteStats stats_;
-  bool cancelled_ = false;
-};
-
-// ---------------------------------------------------------------- audit pieces for the runner
-
-struct RemoteProbe {
-  std::string prompt_id;
-  std::string prompt;              // completions API text (chat: used when messages is empty)
-  nlohmann::json messages;         // chat messages (completions API renders them with render_chat)
-  DecodingConfig decoding;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool logprobs = false;
-  std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
-};
-
-// The probe is replayed `repeats` times, one after another, while concurrency-1 filler requests
-// are kept in flight (closed loop: a finished filler is replaced at once). Returns only the probe
-// completions that finished (successful or failed after retries; mode=label,
-// batch_size=concurrency, seed, repeat). When *stop becomes true, in-flight requests are aborted
-// and what finished is returned. `stats` (optional) receives counts for probes and fillers.
-std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe,
-                                         int concurrency, int repeats,
-                                         const std::atomic<bool>* stop,
-                                         std::function<void(int done, int total)> progress,
-                                         RemoteStats* stats = nullptr);
-
-// The same prompt cold (first request of it: call this before any other request of the prompt)
-// then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1.
-std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe,
-                                        int warm_repeats, const std::atomic<bool>* stop,
-                                        RemoteStats* stats = nullptr);
 
 }  // namespace repro

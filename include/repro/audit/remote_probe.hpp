@@ -1,0 +1,47 @@
+// The remote audit pieces the runner calls: the closed-loop probe under concurrency and the
+// cold/warm prefix-cache probe. They drive the client (repro/remote/client.hpp) and turn its
+// responses into Completion records (completion_from).
+#pragma once
+#include <atomic>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+#include "repro/remote/client.hpp"
+
+namespace repro {
+
+// A client response as an audit Completion: output, metadata, timing, attempts, error.
+Completion completion_from(const RemoteResult& r);
+
+struct RemoteProbe {
+  std::string prompt_id;
+  std::string prompt;              // completions API text (chat: used when messages is empty)
+  nlohmann::json messages;         // chat messages (completions API renders them with render_chat)
+  DecodingConfig decoding;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
+};
+
+// The probe is replayed `repeats` times, one after another, while concurrency-1 filler requests
+// are kept in flight (closed loop: a finished filler is replaced at once). Returns only the probe
+// completions that finished (successful or failed after retries; mode=label,
+// batch_size=concurrency, seed, repeat). When *stop becomes true, in-flight requests are aborted
+// and what finished is returned. `stats` (optional) receives counts for probes and fillers.
+std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe,
+                                         int concurrency, int repeats,
+                                         const std::atomic<bool>* stop,
+                                         std::function<void(int done, int total)> progress,
+                                         RemoteStats* stats = nullptr);
+
+// The same prompt cold (first request of it: call this before any other request of the prompt)
+// then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1.
+std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe,
+                                        int warm_repeats, const std::atomic<bool>* stop,
+                                        RemoteStats* stats = nullptr);
+
+}  // namespace repro

@@ -1,0 +1,89 @@
+// The libcurl client for OpenAI-compatible endpoints: a single-thread libcurl-multi loop with
+// retries, timeouts and backoff, returning its own response type (RemoteResult). It speaks the wire
+// protocol of repro/openai/protocol.hpp and knows nothing of audits: the audit layer
+// (src/audit/remote_probe.cpp) turns responses into Completion records.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "repro/openai/protocol.hpp"
+
+namespace repro {
+
+// ---------------------------------------------------------------- endpoint configuration
+
+// The API key: from `file` when non-empty (trimmed; throws UsageError naming --api-key-file when
+// unreadable or empty), else from the environment variable `env_name` (empty when unset).
+std::string load_api_key(const std::string& env_name, const std::string& file);
+
+// Checks the spec (url scheme http/https, api chat|completions, model set, timeouts > 0, ca_cert
+// readable); throws UsageError naming the flag and the fix.
+void validate_endpoint(const EndpointSpec& spec);
+
+// ---------------------------------------------------------------- the client
+
+struct RemoteStats {
+  int64_t requests = 0;            // logical requests finished (success or failure), probes + fillers
+  int64_t attempts = 0;            // HTTP attempts started
+  int64_t retries = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;              // logical requests failed after retries (aborted excluded)
+  int64_t aborted = 0;             // cancelled by the stop flag or at the end of a closed loop
+  int64_t probe_failed = 0, filler_failed = 0;
+  std::map<std::string, int64_t> attempt_errors;  // cause -> failed attempts (retried or not)
+  std::map<std::string, int64_t> final_errors;    // cause -> failed logical requests
+  int max_in_flight = 0;
+  double wall_s = 0;
+  double client_cpu_s = 0;         // CPU time of the thread that ran the loop
+  long rss_start_kb = 0, rss_peak_in_flight_kb = 0;  // process RSS before the loop / at max in flight
+  void merge(const RemoteStats& o);
+  nlohmann::json to_json() const;
+};
+
+// One logical request's outcome (after retries).
+struct RemoteResult {
+  ParsedResponse response;         // parsed fields (text scrubbed of the API key); empty on failure
+  std::string decoding_id;         // RequestParams::decoding.id
+  uint64_t seed = 0;               // RequestParams::seed
+  double latency_s = 0;            // last attempt: start to end
+  double ttft_s = 0;               // streaming: start to the first generated text
+  int attempts = 1;
+  std::string error;               // non-empty on failure: "<cause>: <detail> (after N attempts)"
+  FailCause cause = FailCause::none;
+  bool aborted = false;
+};
+
+// Single-thread libcurl-multi engine. submit() may be called from callbacks (closed loop).
+class RemoteClient {
+ public:
+  explicit RemoteClient(EndpointSpec spec, int max_connections = 1024);
+  ~RemoteClient();
+  RemoteClient(const RemoteClient&) = delete;
+  RemoteClient& operator=(const RemoteClient&) = delete;
+
+  using Callback = std::function<void(RemoteResult&&)>;
+  // Queues a logical request (retried per the spec); `done` runs on the loop thread.
+  void submit(const RequestParams& params, Callback done);
+  // Runs until nothing is in flight or queued, *stop becomes true, or cancel() was called; then
+  // aborts what is left (their callbacks run with aborted=true).
+  void run(const std::atomic<bool>* stop = nullptr);
+  void cancel() { cancelled_ = true; }
+  int in_flight() const;
+  RemoteStats& stats() { return stats_; }
+  const EndpointSpec& spec() const { return spec_; }
+
+  struct Impl;
+
+ private:
+  EndpointSpec spec_;
+  Impl* impl_;
+  RemoteStats stats_;
+  bool cancelled_ = false;
+};
+
+}  // namespace repro
