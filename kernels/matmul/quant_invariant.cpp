@@ -1,0 +1,69 @@
+// matmul with quantized weights, batch-invariant fast path: bitwise equal to matmul_q_reference.
+//
+// Why it is batch-invariant: threads take contiguous ranges of weight rows (output columns) in
+// panels of kPanel rows; a panel is dequantized once into f32 scratch (the same element values as
+// quant::dequantize_row, whatever the panel) and the f32 invariant register tiles run over all M
+// rows of x. A tile only decides which elements are computed together, never how one is summed:
+// each element follows detail::dot_lanes over K. Panel width, tile shape and thread split change
+// speed only; the order depends on K and the format alone. No split-K.
+#include <algorithm>
+#include <vector>
+
+#include "repro/kernels/kernels.hpp"
+#include "repro/kernels/matmul_quant.hpp"
+#include "tiles.hpp"
+
+namespace repro::kernels {
+namespace {
+
+// Weight rows dequantized together: a multiple of the 4x3 and 1x8 tile widths.
+constexpr int kPanel = 24;
+
+std::vector<float>& panel_scratch(size_t n) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch;
+}
+
+#if REPRO_X86
+REPRO_AVX2 void panel_tiles(const detail::MatmulArgs& a, int pw) {
+  if (a.M == 1) return detail::tiles<1, 8>(a, 0, 1, 0, pw);
+  const int mb = detail::m_block_rows(a.K);
+  for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), 0, pw);
+}
+#endif
+
+void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int K, int n0, int n1, bool avx2) {
+  std::vector<float>& scratch = panel_scratch(static_cast<size_t>(kPanel) * K);
+  for (int p0 = n0; p0 < n1; p0 += kPanel) {
+    const int pw = std::min(kPanel, n1 - p0);
+    for (int j = 0; j < pw; ++j)
+      quant::dequantize_row(w.format, w.data + static_cast<size_t>(p0 + j) * w.row_bytes,
+                            scratch.data() + static_cast<size_t>(j) * K, K);
+    // Columns [p0, p0 + pw) of y: the panel's rows stand at w[0..pw), y is offset by p0 with row
+    // stride N.
+    const detail::MatmulArgs a{x, scratch.data(), y + p0, M, N, K};
+#if REPRO_X86
+    if (avx2) {
+      panel_tiles(a, pw);
+      continue;
+    }
+#endif
+    detail::portable_range(a, 0, pw);
+  }
+}
+
+}  // namespace
+
+void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
+  if (M <= 0 || N <= 0) return;
+  const bool avx2 = use_avx2();
+  const double flops = 2.0 * M * N * (double)K;
+  if (pool.size() == 1 || flops < 2e5) return run_range(x, w, y, M, N, K, 0, N, avx2);
+  const int units = (N + kPanel - 1) / kPanel;
+  pool.parallel_for(units, [&](int b, int e) {
+    run_range(x, w, y, M, N, K, b * kPanel, std::min(N, e * kPanel), avx2);
+  });
+}
+
+}  // namespace repro::kernels
