@@ -238,8 +238,10 @@ TEST_CASE("gguf: Q8_0 and Q4_0 blocks dequantize to q * d") {
     CHECK(out[j] == static_cast<float>(8 - j));
     CHECK(out[16 + j] == static_cast<float>(j - 7));
   }
-  CHECK_THROWS_WITH_AS(dequantize_row(TensorType::Q4_K, q4, out, 256),
-                       doctest::Contains("supported: F32, F16, BF16, Q8_0, Q4_0"), UsageError);
+  uint8_t q2k[84] = {};
+  float out256[256];
+  CHECK_THROWS_WITH_AS(dequantize_row(TensorType::Q2_K, q2k, out256, 256),
+                       doctest::Contains("supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"), UsageError);
 }
 
 // =====================================================================================
@@ -320,7 +322,7 @@ TEST_CASE("gguf: bad magic, version, counts, offsets and types are UsageErrors w
   CHECK(err(one_tensor({1, 1, 1, 1, 1}, 0, 0, 16)).find("has 5 dimensions; supported: 1 to 4") != std::string::npos);
   CHECK(err(one_tensor({4}, 99, 0, 16)) ==
         "GGUF file 'test.gguf': tensor 'w' has tensor type type 99, which this tool does not support; supported: F32, "
-        "F16, BF16, Q8_0, Q4_0");
+        "F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K");
   CHECK(err(one_tensor({31}, 8, 0, 64)).find("not a multiple of the Q8_0 block size 32") != std::string::npos);
   // Overlapping tensors.
   Bytes ov;
@@ -333,12 +335,30 @@ TEST_CASE("gguf: bad magic, version, counts, offsets and types are UsageErrors w
   CHECK(err(dup.s).find("tensor 'a' appears twice") != std::string::npos);
 
   // A known but unsupported type parses (so its size is validated) and is refused at dequantize.
-  std::string qk = one_tensor({256}, 12, 0, 144);
+  std::string qk = one_tensor({256}, 10, 0, 84);
   File f = parse(qk);
   CHECK_THROWS_WITH_AS(dequantize(f, f.tensors[0]),
-                       doctest::Contains("tensor 'w' has type Q4_K, which this tool cannot dequantize; supported: F32, "
-                                         "F16, BF16, Q8_0, Q4_0"),
+                       doctest::Contains("tensor 'w' has type Q2_K, which this tool cannot dequantize; supported: F32, "
+                                         "F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"),
                        UsageError);
+  // Every supported block type: rows must be whole blocks, and the data must fit in the file.
+  struct Blk {
+    uint32_t type;
+    const char* name;
+    uint64_t elems, bytes;
+  };
+  for (const Blk& b : {Blk{8, "Q8_0", 32, 34}, Blk{2, "Q4_0", 32, 18}, Blk{12, "Q4_K", 256, 144},
+                       Blk{13, "Q5_K", 256, 176}, Blk{14, "Q6_K", 256, 210}}) {
+    CAPTURE(b.name);
+    CHECK(err(one_tensor({b.elems - 1, 2}, b.type, 0, 2 * b.bytes))
+              .find(std::string("not a multiple of the ") + b.name + " block size " + std::to_string(b.elems)) !=
+          std::string::npos);
+    CHECK(err(one_tensor({b.elems, 3}, b.type, 0, 2 * b.bytes)).find("extends past the end of the file") !=
+          std::string::npos);
+    File ok = parse(one_tensor({b.elems, 2}, b.type, 0, 2 * b.bytes));
+    CHECK(ok.tensors[0].n_bytes == 2 * b.bytes);
+    CHECK(dequantize(ok, ok.tensors[0]).size() == 2 * b.elems);
+  }
 }
 
 TEST_CASE("gguf: missing and non-regular files name the path") {

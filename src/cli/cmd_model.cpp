@@ -116,7 +116,7 @@ void setup_model(CLI::App& parent, Runner& runner) {
   synth->add_option("--vocab", s.vocab_size, "vocabulary size (at least " + std::to_string(synth_min_vocab()) + ")")
       ->capture_default_str();
   synth->add_option("--context", s.context_length, "context length")->capture_default_str();
-  synth->add_option("--type", s.type, "weight matrix type: f32 or f16")->capture_default_str();
+  synth->add_option("--type", s.type, "weight matrix type: " + synth_types())->capture_default_str();
   synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
   synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
 }

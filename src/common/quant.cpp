@@ -19,56 +19,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "repro/common/dtype.hpp"
+
 namespace repro::quant {
 namespace {
 
-float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float half_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h >> 15) << 31;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  if (exp == 0) {
-    float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-  return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-// Round to nearest even; overflow gives inf.
-uint16_t f32_to_half(float f) {
-  uint32_t x = f32_bits(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
-  if (ax < 0x38800000u) {
-    if (ax <= 0x33000000u) return sign;
-    uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
-    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t q = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) ++q;
-  if (q >= 0x7c00u) q = 0x7c00u;
-  return static_cast<uint16_t>(sign | q);
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
+float bits_f32(uint32_t u) { return f32_from_bits(u); }
+float half_to_f32(uint16_t h) { return f16_to_f32(h); }
+uint16_t f32_to_half(float f) { return f32_to_f16(f); }
 
 uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 void store16(uint8_t* p, uint16_t v) {

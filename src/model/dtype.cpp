@@ -1,4 +1,5 @@
-// Dequantization of GGUF tensor data to f32 (the block layouts as ggml defines them). The scalar
+// Dequantization of GGUF tensor data to f32 (the block layouts as ggml defines them, decoded by
+// repro/common/quant.hpp, the same code the matmul kernels use). The scalar
 // conversions (f16, bf16) are in repro/common/dtype.hpp, shared with the op tables.
 #include "repro/model/dtype.hpp"
 
@@ -7,6 +8,7 @@
 
 #include "gguf_bytes.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 
 namespace repro::gguf {
 
@@ -19,35 +21,14 @@ void dequantize_row(TensorType type, const uint8_t* src, float* dst, uint64_t n)
       }
       for (uint64_t i = 0; i < n; ++i) dst[i] = f32_from_bits(static_cast<uint32_t>(load_le(src + 4 * i, 4)));
       return;
-    case TensorType::F16:
-      for (uint64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
-      return;
-    case TensorType::BF16:
-      for (uint64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
-      return;
-    case TensorType::Q8_0:
-      // block: f16 scale d, then 32 int8 quants; x = q * d
-      for (uint64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = src + b * 34;
-        float d = f16_to_f32(static_cast<uint16_t>(load_le(blk, 2)));
-        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = static_cast<float>(static_cast<int8_t>(blk[2 + j])) * d;
-      }
-      return;
-    case TensorType::Q4_0:
-      // block: f16 scale d, then 16 bytes; low nibbles are elements 0..15, high nibbles 16..31,
-      // each stored with an offset of 8: x = (nibble - 8) * d
-      for (uint64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = src + b * 18;
-        float d = f16_to_f32(static_cast<uint16_t>(load_le(blk, 2)));
-        for (int j = 0; j < 16; ++j) {
-          dst[b * 32 + j] = static_cast<float>((blk[2 + j] & 0x0f) - 8) * d;
-          dst[b * 32 + j + 16] = static_cast<float>((blk[2 + j] >> 4) - 8) * d;
-        }
-      }
-      return;
-    default:
-      throw UsageError("tensor type " + tensor_type_name(type) + " is not supported; supported: " +
-                       supported_tensor_types());
+    default: {
+      // Every block format: the one dequantizer the kernels use too (repro/common/quant.hpp).
+      quant::Format qf;
+      if (!to_quant_format(type, qf))
+        throw UsageError("tensor type " + tensor_type_name(type) + " is not supported; supported: " +
+                         supported_tensor_types());
+      quant::dequantize_row(qf, src, dst, static_cast<int64_t>(n));
+    }
   }
 }
 

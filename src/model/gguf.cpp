@@ -17,6 +17,7 @@
 #include "repro/common/dtype.hpp"
 #include "repro/common/error.hpp"
 #include "repro/model/dtype.hpp"
+#include "repro/common/quant.hpp"
 
 namespace repro::gguf {
 
@@ -81,11 +82,39 @@ std::string tensor_type_name(TensorType t) {
   return "type " + std::to_string(static_cast<uint32_t>(t));
 }
 
-const char* supported_tensor_types() { return "F32, F16, BF16, Q8_0, Q4_0"; }
+const char* supported_tensor_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"; }
 
 bool is_supported_tensor_type(TensorType t) {
-  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 || t == TensorType::Q8_0 ||
-         t == TensorType::Q4_0;
+  quant::Format f;
+  return to_quant_format(t, f);
+}
+
+bool to_quant_format(TensorType t, quant::Format& out) {
+  switch (t) {
+    case TensorType::F32: out = quant::Format::F32; return true;
+    case TensorType::F16: out = quant::Format::F16; return true;
+    case TensorType::BF16: out = quant::Format::BF16; return true;
+    case TensorType::Q8_0: out = quant::Format::Q8_0; return true;
+    case TensorType::Q4_0: out = quant::Format::Q4_0; return true;
+    case TensorType::Q4_K: out = quant::Format::Q4_K; return true;
+    case TensorType::Q5_K: out = quant::Format::Q5_K; return true;
+    case TensorType::Q6_K: out = quant::Format::Q6_K; return true;
+    default: return false;
+  }
+}
+
+TensorType from_quant_format(quant::Format f) {
+  switch (f) {
+    case quant::Format::F32: return TensorType::F32;
+    case quant::Format::F16: return TensorType::F16;
+    case quant::Format::BF16: return TensorType::BF16;
+    case quant::Format::Q8_0: return TensorType::Q8_0;
+    case quant::Format::Q4_0: return TensorType::Q4_0;
+    case quant::Format::Q4_K: return TensorType::Q4_K;
+    case quant::Format::Q5_K: return TensorType::Q5_K;
+    case quant::Format::Q6_K: return TensorType::Q6_K;
+  }
+  return TensorType::F32;
 }
 
 bool tensor_type_block(TensorType t, uint64_t& block_elems, uint64_t& block_bytes) {

@@ -11,6 +11,7 @@
 
 #include "repro/common/dtype.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/model/gguf.hpp"
 #include "repro/model/gguf_write.hpp"
 #include "repro/common/util.hpp"
@@ -136,20 +137,37 @@ std::vector<float> random_tensor(uint64_t seed, const std::string& name, size_t 
   return v;
 }
 
+// --type names and their block formats and GGUF general.file_type numbers (llama.cpp's enum:
+// ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16,
+// MOSTLY_Q6_K 18, MOSTLY_BF16 32).
+struct SynthType {
+  const char* name;
+  quant::Format format;
+  uint32_t file_type;
+};
+constexpr SynthType kSynthTypes[] = {
+    {"f32", quant::Format::F32, 0},   {"f16", quant::Format::F16, 1},   {"bf16", quant::Format::BF16, 32},
+    {"q8_0", quant::Format::Q8_0, 7}, {"q4_0", quant::Format::Q4_0, 2}, {"q4_k", quant::Format::Q4_K, 14},
+    {"q5_k", quant::Format::Q5_K, 16}, {"q6_k", quant::Format::Q6_K, 18},
+};
+
+const SynthType* find_type(const std::string& name) {
+  for (const auto& t : kSynthTypes)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
 void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name, uint64_t in, uint64_t out) {
   std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(in * out), static_cast<int64_t>(in));
-  if (o.type == "f16") {
-    std::string data;
-    data.reserve(v.size() * 2);
-    for (float x : v) {
-      uint16_t h = f32_to_f16(x);
-      data.push_back(static_cast<char>(h & 0xff));
-      data.push_back(static_cast<char>(h >> 8));
-    }
-    w.add_tensor(name, {in, out}, gguf::TensorType::F16, std::move(data));
-  } else {
-    w.add_f32(name, {in, out}, v);
-  }
+  const quant::Format f = find_type(o.type)->format;
+  if (f == quant::Format::F32) return w.add_f32(name, {in, out}, v);
+  // Row by row: each row (in elements) is whole blocks (checked by synth_model).
+  const size_t rb = quant::row_bytes(f, static_cast<int64_t>(in));
+  std::string data(rb * out, '\0');
+  for (uint64_t r = 0; r < out; ++r)
+    quant::quantize_row(f, v.data() + r * in, reinterpret_cast<uint8_t*>(data.data()) + r * rb,
+                        static_cast<int64_t>(in));
+  w.add_tensor(name, {in, out}, gguf::from_quant_format(f), std::move(data));
 }
 
 void check(bool ok, const std::string& msg) {
@@ -157,6 +175,12 @@ void check(bool ok, const std::string& msg) {
 }
 
 }  // namespace
+
+std::string synth_types() {
+  std::string s;
+  for (const auto& t : kSynthTypes) s += std::string(s.empty() ? "" : ", ") + t.name;
+  return s;
+}
 
 std::string synth_model(const SynthOptions& o) {
   // ---- options ----
@@ -170,7 +194,15 @@ std::string synth_model(const SynthOptions& o) {
         "--kv-heads " + std::to_string(o.n_kv_heads) + " must divide --heads " + std::to_string(o.n_heads));
   check(o.context_length >= 1 && o.context_length <= (1 << 20),
         "--context " + std::to_string(o.context_length) + " is out of range (1..1048576)");
-  check(o.type == "f32" || o.type == "f16", "--type '" + o.type + "' is not supported; supported: f32, f16");
+  check(find_type(o.type) != nullptr, "--type '" + o.type + "' is not supported; supported: " + synth_types());
+  {
+    // Every matrix row (--dim or --hidden elements) is whole blocks of the type.
+    const int be = quant::block_of(find_type(o.type)->format).elems;
+    check(o.dim % be == 0 && o.hidden_dim % be == 0,
+          "--type " + o.type + " stores rows in blocks of " + std::to_string(be) + " elements: --dim (" +
+              std::to_string(o.dim) + ") and --hidden (" + std::to_string(o.hidden_dim) + ") must be multiples of " +
+              std::to_string(be));
+  }
   const uint64_t dim = o.dim, hid = o.hidden_dim, L = o.n_layers, voc = o.vocab_size;
   const uint64_t kv = dim / o.n_heads * o.n_kv_heads;
   TokenizerData tok = synth_tokenizer(o.vocab_size);
@@ -186,7 +218,7 @@ std::string synth_model(const SynthOptions& o) {
   auto u32 = [](uint64_t v) { return Value::u(ValueType::UINT32, v); };
   w.add("general.architecture", Value::string("llama"));
   w.add("general.name", Value::string("repro-audit synth"));
-  w.add("general.file_type", u32(o.type == "f16" ? 1 : 0));
+  w.add("general.file_type", u32(find_type(o.type)->file_type));
   w.add("repro.synth.seed", Value::u(ValueType::UINT64, o.seed));
   w.add("llama.context_length", u32(o.context_length));
   w.add("llama.embedding_length", u32(dim));

@@ -1,4 +1,4 @@
-// Dequantization of GGUF tensor data to f32 (F32, F16, BF16, Q8_0, Q4_0).
+// Dequantization of GGUF tensor data to f32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 #pragma once
 #include <cstdint>
 #include <vector>

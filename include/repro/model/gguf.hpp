@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "repro/common/quant.hpp"
+
 namespace repro::gguf {
 
 // ---- value and tensor types, with the numbers GGUF stores ----
@@ -39,6 +41,9 @@ std::string tensor_type_name(TensorType t);
 // The types dequantize() converts to f32, for error messages: "F32, F16, BF16, Q8_0, Q4_0".
 const char* supported_tensor_types();
 bool is_supported_tensor_type(TensorType t);
+// The block format of a supported tensor type (false for the others), and back.
+bool to_quant_format(TensorType t, quant::Format& out);
+TensorType from_quant_format(quant::Format f);
 // Elements per block and bytes per block; false for numbers the parser does not know.
 bool tensor_type_block(TensorType t, uint64_t& block_elems, uint64_t& block_bytes);
 

@@ -18,7 +18,10 @@ struct SynthOptions {
   int n_kv_heads = 2;
   int vocab_size = 512;
   int context_length = 512;
-  std::string type = "f32";  // weight matrices: "f32" or "f16" (norm vectors stay f32)
+  // Weight matrices: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k (norm vectors stay f32). The
+  // block types quantize with the project's own quantizer (repro/common/quant.hpp); --dim and
+  // --hidden must then be multiples of the block size (32, or 256 for the k-quants).
+  std::string type = "f32";
   bool tied = true;          // no output.weight: the classifier reuses token_embd
 };
 
@@ -31,6 +34,9 @@ int synth_min_vocab();
 // joining two existing pieces (common English words first), with decreasing scores.
 // Throws UsageError when vocab_size is below synth_min_vocab() or above 262144.
 TokenizerData synth_tokenizer(int vocab_size);
+
+// The --type names synth_model accepts: "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k".
+std::string synth_types();
 
 // The GGUF v3 file bytes of the model the options describe. Throws UsageError naming the flag
 // (--dim, --heads, ...) when the options are inconsistent or the model would be too large.
