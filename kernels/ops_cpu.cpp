@@ -8,6 +8,10 @@
 //                        fastest RMSNorm; the fastest path per shape, as production engines run.
 //   cpu-batch-invariant  kernels/*/invariant.cpp: one reduction order per output element, fixed
 //                        by the reduction length alone; bitwise equal to kernels/*/reference.cpp.
+// Matmul reads every weight type in place: F32 through the f32 kernels, F16, BF16 and the GGUF
+// block formats through kernels/matmul/quant_*.cpp (dequantized panel by panel, activations stay
+// f32; the invariant order is fixed by K and the type). The embedding gather dequantizes the rows
+// it reads.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -20,7 +24,9 @@
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/threadpool.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/kernels/kernels.hpp"
+#include "repro/kernels/matmul_quant.hpp"
 
 extern "C" char* openblas_get_config(void);
 
@@ -34,18 +40,21 @@ struct CpuKernels {
   const char* mode;  // mode name
   bool blas;         // matmul calls OpenBLAS
   void (*matmul)(const float*, const float*, float*, int, int, int, ThreadPool&);
+  // Weights in a block format or F16/BF16, read in their stored type (repro/kernels/matmul_quant.hpp).
+  void (*matmul_q)(const float*, const QuantWeight&, float*, int, int, int, ThreadPool&);
   void (*rmsnorm)(const float*, const float*, float*, int, int, float, ThreadPool&);
   void (*attention)(const AttentionRow*, int, const AttentionShape&, ThreadPool&);
 };
 
-const CpuKernels kDefault{"cpu-default", "default", true, matmul_default, rmsnorm_default, attention_default};
-const CpuKernels kInvariant{"cpu-batch-invariant", "batch-invariant", false, matmul_invariant, rmsnorm_invariant,
-                            attention_invariant};
+const CpuKernels kDefault{"cpu-default", "default", true, matmul_default, matmul_q_default, rmsnorm_default,
+                          attention_default};
+const CpuKernels kInvariant{"cpu-batch-invariant", "batch-invariant", false, matmul_invariant, matmul_q_invariant,
+                            rmsnorm_invariant, attention_invariant};
 
 const float* f32_data(const Weight& w, const char* op, const char* table) {
   if (w.dtype != DType::F32)
     throw BackendError(std::string(op) + ": weights of type " + dtype_name(w.dtype) + " are not supported by the " +
-                       table + " op table yet (supported: F32)");
+                       table + " op table (supported: F32; the loader keeps norm gains in F32)");
   return static_cast<const float*>(w.data);
 }
 
@@ -81,7 +90,10 @@ class CpuOps final : public Ops {
 
   // ---- kernels ----
   void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) override {
-    k_.matmul(x.data(), f32_data(w, "matmul", k_.name), y.data(), M, w.rows, w.cols, pool_);
+    if (w.dtype == DType::F32)
+      return k_.matmul(x.data(), static_cast<const float*>(w.data), y.data(), M, w.rows, w.cols, pool_);
+    const QuantWeight q{w.dtype, static_cast<const uint8_t*>(w.data), quant::row_bytes(w.dtype, w.cols)};
+    k_.matmul_q(x.data(), q, y.data(), M, w.rows, w.cols, pool_);
   }
 
   void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {
@@ -100,8 +112,16 @@ class CpuOps final : public Ops {
 
   // ---- element-wise ops ----
   void embed(const Weight& table, const int* tokens, int R, Buffer& x) override {
-    const float* t = f32_data(table, "embedding", k_.name);
     const size_t dim = table.cols;
+    if (table.dtype != DType::F32) {
+      // A row of a table in another type: dequantized on its own (row-local, so invariant).
+      const size_t rb = quant::row_bytes(table.dtype, table.cols);
+      for (int r = 0; r < R; ++r)
+        quant::dequantize_row(table.dtype, static_cast<const uint8_t*>(table.data) + static_cast<size_t>(tokens[r]) * rb,
+                              x.data() + r * dim, table.cols);
+      return;
+    }
+    const float* t = static_cast<const float*>(table.data);
     for (int r = 0; r < R; ++r)
       std::memcpy(x.data() + r * dim, t + static_cast<size_t>(tokens[r]) * dim, sizeof(float) * dim);
   }

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/engine/device.hpp"
 #include "repro/kernels/kernels.hpp"
+#include "repro/kernels/matmul_quant.hpp"
 #include "repro/kernels/ops.hpp"
 
 using namespace repro;
@@ -203,13 +205,38 @@ TEST_CASE("op tables: matmul and rmsnorm, every table, every batch size") {
   }
 }
 
-TEST_CASE("op tables: matmul names the weight type it cannot read") {
-  const std::vector<float> x(8, 1.0f), w(16, 1.0f);
+TEST_CASE("op tables: matmul on weights in every stored type, every table, every batch size") {
+  // The weight stays in its type; the reference is matmul_q_reference (the f32 lane dot over the
+  // exactly dequantized rows), which the invariant tables reproduce bitwise.
+  const int N = 45, K = 512;
+  const auto x = nonzero(static_cast<size_t>(kPool) * K, 77);
+  const auto wf = nonzero(static_cast<size_t>(N) * K, 78);
+  for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    CAPTURE(dtype_name(dt));
+    const size_t rb = quant::row_bytes(dt, K);
+    std::vector<uint8_t> wq(rb * N);
+    for (int n = 0; n < N; ++n) quant::quantize_row(dt, &wf[static_cast<size_t>(n) * K], &wq[n * rb], K);
+    std::vector<float> ref(static_cast<size_t>(kPool) * N);
+    matmul_q_reference(x.data(), {dt, wq.data(), rb}, ref.data(), kPool, N, K);
+    for (Table& t : tables()) {
+      const Weight W = t.ops->bind_weight({dt, N, K, wq.data()});
+      check_rows(t, "matmul", N, ref, t.invariant(), 1e-5f, [&](Ops& ops, const std::vector<int>& rows) {
+        const int M = static_cast<int>(rows.size());
+        Buffer xb = to_device(ops, gather(x, rows, K)), yb = ops.alloc(static_cast<size_t>(M) * N);
+        ops.matmul(xb, W, yb, M);
+        return to_host(ops, yb, static_cast<size_t>(M) * N);
+      });
+    }
+  }
+}
+
+TEST_CASE("op tables: rmsnorm names the gain type it cannot read") {
+  const std::vector<float> x(8, 1.0f), g(8, 1.0f);
   for (const auto& spec : available_op_tables()) {
     auto ops = make_ops(spec.device, spec.mode, 1);
-    Buffer xb = to_device(*ops, x), yb = ops->alloc(2);
-    const Weight W = ops->bind_weight({DType::BF16, 2, 8, w.data()});
-    CHECK_THROWS_WITH_AS(ops->matmul(xb, W, yb, 1), doctest::Contains("weights of type BF16 are not supported"),
+    Buffer xb = to_device(*ops, x), yb = ops->alloc(8);
+    const Weight G = ops->bind_weight({DType::BF16, 1, 8, g.data()});
+    CHECK_THROWS_WITH_AS(ops->rmsnorm(xb, G, yb, 1, 1e-5f), doctest::Contains("weights of type BF16 are not supported"),
                          BackendError);
   }
 }

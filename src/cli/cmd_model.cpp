@@ -52,6 +52,7 @@ int run_model_info(const ModelInfoOptions& o) {
         {"tensor_types", types},
         {"tokenizer", {{"kind", tok.kind()}, {"vocab_size", tok.vocab_size()}, {"bos", tok.bos()}, {"eos", tok.eos()}}},
         {"n_params", m->n_params},
+        {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes}}},
     };
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
@@ -74,6 +75,8 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("tensor types:    {}\n", types);
   fmt::print("tokenizer:       {}, {} tokens, bos {}, eos {}\n", tok.kind(), tok.vocab_size(), tok.bos(), tok.eos());
   fmt::print("parameters:      {}\n", m->n_params);
+  fmt::print("weights memory:  {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
+             m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);
   return kExitOk;
 }
 

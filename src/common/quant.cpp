@@ -209,20 +209,6 @@ void q_q6_k(const float* x, uint8_t* b) {
 
 }  // namespace
 
-const char* format_name(Format f) {
-  switch (f) {
-    case Format::F32: return "F32";
-    case Format::F16: return "F16";
-    case Format::BF16: return "BF16";
-    case Format::Q8_0: return "Q8_0";
-    case Format::Q4_0: return "Q4_0";
-    case Format::Q4_K: return "Q4_K";
-    case Format::Q5_K: return "Q5_K";
-    case Format::Q6_K: return "Q6_K";
-  }
-  return "?";
-}
-
 Block block_of(Format f) {
   switch (f) {
     case Format::F32: return {1, 4};

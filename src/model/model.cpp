@@ -1,5 +1,5 @@
 // repro::load_model: GGUF (v2/v3, architecture llama) and llama2.c legacy checkpoints, into the
-// f32 Model of include/repro/model.hpp. The format is chosen by the file's magic bytes, not by its
+// Model of include/repro/model.hpp (GGUF matrices stay in their stored type, memory-mapped). The format is chosen by the file's magic bytes, not by its
 // extension. Every hyper-parameter is bounded and every tensor shape is checked against the config
 // before any weight is copied.
 #include <bit>
@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/common/mapped_file.hpp"
 #include "repro/model/dtype.hpp"
 #include "repro/model/gguf.hpp"
@@ -74,7 +75,8 @@ std::string shape_str(const std::vector<uint64_t>& ne) {
 
 class GgufLoader {
  public:
-  GgufLoader(const gguf::File& f, const std::string& path) : f_(f), what_("GGUF file '" + path + "'") {}
+  GgufLoader(const gguf::File& f, const std::string& path, std::shared_ptr<const MappedFile> file = nullptr)
+      : f_(f), what_("GGUF file '" + path + "'"), file_(std::move(file)) {}
 
   const gguf::Value* find(const std::string& key) const { return f_.find(key); }
 
@@ -140,12 +142,26 @@ class GgufLoader {
     return *t;
   }
 
-  // The tensor as F32 (dequantized when stored in another type), shape [ne[1]][ne[0]].
+  // The tensor, shape [ne[1]][ne[0]]. A matrix stays in its stored type, read in place from the
+  // mapped file (no copy; the Tensor keeps the mapping alive); a vector (a norm gain) is
+  // dequantized to F32, which the norm kernels read.
   Tensor load(Model& m, const std::string& name, const std::vector<uint64_t>& ne) const {
     const gguf::TensorInfo& t = tensor(name, ne);
     m.tensor_types[gguf::tensor_type_name(t.type)]++;
     m.n_params += static_cast<int64_t>(t.n_elements);
     const int rows = ne.size() > 1 ? static_cast<int>(ne[1]) : 1, cols = static_cast<int>(ne[0]);
+    quant::Format qf;
+    if (file_ && ne.size() > 1 && gguf::to_quant_format(t.type, qf)) {
+      Tensor w;
+      w.dtype = qf;
+      w.rows = rows;
+      w.cols = cols;
+      w.data = f_.data(t);
+      w.storage = std::shared_ptr<const void>(file_, w.data);
+      m.mapped_bytes += static_cast<int64_t>(t.n_bytes);
+      return w;
+    }
+    m.owned_bytes += static_cast<int64_t>(t.n_elements) * 4;
     return Tensor::from_f32(gguf::dequantize(f_, t), rows, cols);
   }
 
@@ -154,6 +170,7 @@ class GgufLoader {
  private:
   const gguf::File& f_;
   std::string what_;
+  std::shared_ptr<const MappedFile> file_;
 };
 
 TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
@@ -214,10 +231,11 @@ TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
   return d;
 }
 
-std::unique_ptr<Model> load_gguf(const MappedFile& mf) {
+std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) {
+  const MappedFile& mf = *file;
   const std::string& path = mf.path();
   gguf::File f = gguf::parse_gguf(mf.data(), mf.size(), path);
-  GgufLoader g(f, path);
+  GgufLoader g(f, path, file);
   const std::string& what = g.what();
 
   // ---- architecture and hyper-parameters ----
@@ -345,6 +363,7 @@ std::unique_ptr<Model> load_llama2c(const MappedFile& mf, const std::string& tok
     std::memcpy(v.data(), p, static_cast<size_t>(n) * 4);
     p += n * 4;
     m->n_params += n;
+    m->owned_bytes += n * 4;
     return Tensor::from_f32(std::move(v), static_cast<int>(rows), static_cast<int>(cols));
   };
   m->token_embd = take(voc, dim);
@@ -404,11 +423,12 @@ Tensor Tensor::from_f32(std::vector<float> values, int rows, int cols) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path) {
-  MappedFile mf(path);
+  auto file = std::make_shared<const MappedFile>(path);
+  const MappedFile& mf = *file;
   std::unique_ptr<Model> m;
   // The format is decided by the magic bytes; the extension is only a hint to people.
   if (mf.size() >= 4 && std::memcmp(mf.data(), "GGUF", 4) == 0) {
-    m = load_gguf(mf);
+    m = load_gguf(file);
   } else if (mf.size() >= 4 && (std::memcmp(mf.data(), "ak42", 4) == 0 || std::memcmp(mf.data(), "24ka", 4) == 0)) {
     throw UsageError("model file '" + path + "' is a llama2.c checkpoint in the newer export format (magic 'ak42'), "
                      "which is not supported; export it with llama2.c export.py --version 0, or convert it to GGUF");

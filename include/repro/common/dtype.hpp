@@ -10,15 +10,21 @@
 
 namespace repro {
 
-// The type a weight is stored in. Block-quantized types (Q8_0, k-quants) join here when the op
-// tables gain a matmul for them; today the loader dequantizes them to F32.
-enum class DType : uint8_t { F32, F16, BF16 };
+// The type a weight is stored in: plain floats or one of the GGUF block formats (block layouts,
+// quantizer and dequantizer in repro/common/quant.hpp). The loader keeps matrices in their stored
+// type and the op tables' matmul reads them directly.
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
 
 inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    case DType::Q8_0: return "Q8_0";
+    case DType::Q4_0: return "Q4_0";
+    case DType::Q4_K: return "Q4_K";
+    case DType::Q5_K: return "Q5_K";
+    case DType::Q6_K: return "Q6_K";
   }
   return "?";
 }

@@ -33,12 +33,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "repro/common/dtype.hpp"
+
 namespace repro::quant {
 
-enum class Format : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
-constexpr int kFormats = 8;
+// A format is a weight's DType (repro/common/dtype.hpp).
+using Format = DType;
 
-const char* format_name(Format f);  // "F32", "Q4_K", ...
+inline const char* format_name(Format f) { return dtype_name(f); }  // "F32", "Q4_K", ...
 struct Block {
   int elems;
   int bytes;

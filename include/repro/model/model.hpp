@@ -29,8 +29,9 @@ struct ModelConfig {
 };
 
 // One weight: its element type, its shape [rows][cols] (row-major; a vector is one row) and its
-// data. `storage` keeps the data alive (an owned array today; a mapped file when weights stay in
-// their stored type). The loader gives F32 tensors today: other GGUF types are dequantized.
+// data. `storage` keeps the data alive: the mapped model file for GGUF matrices, which stay in
+// their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and are read in place; an owned
+// f32 array for norm gains and llama2.c checkpoints.
 struct Tensor {
   DType dtype = DType::F32;
   int rows = 0, cols = 0;
@@ -71,9 +72,13 @@ struct Model {
   std::string format;                          // "GGUF v3", "llama2.c"
   std::map<std::string, int64_t> tensor_types; // type name -> tensor count, e.g. {"F32": 48}
   int64_t n_params = 0;
+  // Weight bytes read in place from the mapped model file, and weight bytes held in owned f32
+  // arrays (norm gains; every weight of a llama2.c checkpoint).
+  int64_t mapped_bytes = 0;
+  int64_t owned_bytes = 0;
 };
 
-// Loads a GGUF (v2/v3, arch llama; F32/F16/BF16/Q8_0 dequantized to f32) or a llama2.c checkpoint
+// Loads a GGUF (v2/v3, arch llama; matrices kept in their stored type, memory-mapped) or a llama2.c checkpoint
 // (tokenizer_path names its tokenizer .bin; when empty, tokenizer.bin / tok<vocab>.bin beside it).
 // Throws UsageError naming the file, what is wrong and what is supported.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path = "");
