@@ -298,7 +298,7 @@ TEST_CASE("quant matmul: default path is close to the reference at every batch s
     CAPTURE(std::string(quant::format_name(f)));
     std::vector<uint8_t> wq = quantize(f, random_vec(static_cast<size_t>(N) * K, 31));
     const QuantWeight w{f, wq.data(), quant::row_bytes(f, K)};
-    for (int b : {1, 7, 16, 33}) {
+    for (int b : {1, 7, 33, kQuantSgemmMinRows, kQuantSgemmMinRows + 3}) {
       std::vector<float> x = random_vec(static_cast<size_t>(b) * K, 32 + b);
       std::vector<float> y(static_cast<size_t>(b) * N), ref(y.size());
       matmul_q_reference(x.data(), w, ref.data(), b, N, K);

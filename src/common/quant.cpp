@@ -18,6 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "repro/common/dtype.hpp"
 
@@ -40,6 +43,16 @@ int round_clamp(float v, int lo, int hi) {
   if (r > static_cast<float>(hi)) return hi;
   return static_cast<int>(r);
 }
+
+#if defined(__x86_64__)
+// F16 rows with the F16C conversion instruction: exact, the same values as half_to_f32.
+__attribute__((target("avx,f16c"))) void f16_row_f16c(const uint8_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+  for (; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
+}
+#endif
 
 // ---- the K formats' packed 6-bit scale/min pairs ----
 void unpack_scale_min(const uint8_t* s, int j, int& sc, int& m) {
@@ -229,6 +242,20 @@ size_t row_bytes(Format f, int64_t n) {
 }
 
 void dequantize_row(Format f, const uint8_t* src, float* dst, int64_t n) {
+  // Element formats: one tight loop each (no dispatch per element).
+  switch (f) {
+    case Format::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case Format::F16:
+#if defined(__x86_64__)
+      if (__builtin_cpu_supports("f16c")) return f16_row_f16c(src, dst, n);
+#endif
+      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
+      return;
+    case Format::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bits_f32(static_cast<uint32_t>(load16(src + 2 * i)) << 16);
+      return;
+    default: break;
+  }
   const Block bk = block_of(f);
   const int64_t blocks = n / bk.elems;
   for (int64_t i = 0; i < blocks; ++i) {

@@ -35,8 +35,10 @@ struct QuantWeight {
   size_t row_bytes;  // quant::row_bytes(format, K) for a dense tensor
 };
 
-// From this batch size on, matmul_q_default dequantizes and calls sgemm.
-constexpr int kQuantSgemmMinRows = 16;
+// From this batch size on, matmul_q_default dequantizes and calls sgemm. Measured on the project
+// machine (2 threads, a 110M-parameter F16 model): at batch 32 the panel kernel decoded 3.5x more
+// tokens/s than dequantize + sgemm, so smaller batches stay on the panel kernel.
+constexpr int kQuantSgemmMinRows = 64;
 
 void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K);
 void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool);
