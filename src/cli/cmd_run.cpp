@@ -238,10 +238,15 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}) or OpenAI Batch API input");
   for (const auto& opt : plan_options()) {  // one flag per plan option with a flag
     if (!*opt.flag) continue;
-    if (opt.type == OptionType::Bool)
+    if (opt.type == OptionType::Bool) {
       s->add_flag(opt.flag, o->plan_flag[opt.name], opt.help);
-    else
-      s->add_option(opt.flag, o->plan_text[opt.name], opt.help);
+      continue;
+    }
+    const char* type = opt.type == OptionType::Int ? "INT" : opt.type == OptionType::UInt ? "UINT"
+                       : opt.type == OptionType::Number ? "NUMBER" : opt.type == OptionType::Text ? "TEXT" : "LIST";
+    const bool numeric = opt.type != OptionType::Text && opt.type != OptionType::TextList;
+    s->add_option(opt.flag, o->plan_text[opt.name], numeric ? std::string(opt.help) + " (" + opt.valid + ")" : opt.help)
+        ->type_name(type);
   }
   s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
   s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
