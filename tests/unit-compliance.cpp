@@ -401,3 +401,53 @@ TEST_CASE("sign refuses an edited report and a render that does not match the JS
   CHECK(rs.code == 2);
   CHECK(rs.output.find("--sign-key: the signature covers report.json") != std::string::npos);
 }
+
+TEST_CASE("env: the environment record every report carries, with numerics variables and visible risks") {
+  const std::string env_cmd = "env -u OPENBLAS_CORETYPE VLLM_BATCH_INVARIANT=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                              "OPENAI_API_KEY=sk-env-SECRET-91a HF_TOKEN=hf_SECRET_77 '" + test::binary() + "' ";
+  auto r = test::run_shell(env_cmd + "env --json --threads 4");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  json e = json::parse(r.output);
+  CHECK(e["tool"]["version"] == REPRO_VERSION);
+  CHECK(!e["tool"]["commit"].get<std::string>().empty());
+  CHECK(e["tool"]["build"].contains("compiler"));
+  CHECK(e["tool"]["build"]["fast_math"] == false);
+  CHECK(!e["os"]["release"].get<std::string>().empty());
+  CHECK(!e["cpu"]["model"].get<std::string>().empty());
+  CHECK(e["cpu"]["features"].is_array());
+  CHECK(e["threads"] == 4);
+  CHECK(e["blas"]["library"] == "OpenBLAS");
+  CHECK(!e["blas"]["version"].get<std::string>().empty());
+  CHECK(e["gpu"].contains("cuda_build"));
+  CHECK(e["environment_variables"]["VLLM_BATCH_INVARIANT"] == "1");
+  CHECK(e["environment_variables"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8");
+  CHECK(r.output.find("SECRET") == std::string::npos);  // only the allow-listed names are recorded
+  bool thread_risk = false, coretype_risk = false;
+  for (const auto& x : e["nondeterminism_risks"]) {
+    std::string s = x;
+    thread_risk = thread_risk || s.find("run 4 threads") != std::string::npos;
+    coretype_risk = coretype_risk || s.find("OPENBLAS_CORETYPE pins") != std::string::npos;
+  }
+  CHECK(thread_risk);
+  if (e["blas"]["config"].get<std::string>().find("DYNAMIC_ARCH") != std::string::npos) CHECK(coretype_risk);
+  // Pinned: the risk goes away.
+  auto pinned = json::parse(test::run_shell("OPENBLAS_CORETYPE=Haswell '" + test::binary() + "' env --json").output);
+  CHECK(pinned["environment_variables"]["OPENBLAS_CORETYPE"] == "Haswell");
+  for (const auto& x : pinned["nondeterminism_risks"]) CHECK(x.get<std::string>().find("OPENBLAS_CORETYPE") == std::string::npos);
+  // Text form.
+  auto t = test::run_shell(env_cmd + "env");
+  CHECK(t.code == 0);
+  CHECK(t.output.find("nondeterminism_risks:") != std::string::npos);
+  CHECK(t.output.find("  VLLM_BATCH_INVARIANT: 1") != std::string::npos);
+  // Every report carries the same record (plus what the run adds: model, endpoints, digests).
+  const auto& s = signed_report();
+  json rep = json::parse(read_file((s.dir / "report.json").string()))["environment"];
+  json now = json::parse(test::run_cli("env --json").output);
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    CAPTURE(it.key());
+    CHECK(rep.contains(it.key()));
+  }
+  CHECK(rep["tool"] == now["tool"]);
+  CHECK(rep["cpu"] == now["cpu"]);
+}

@@ -1,5 +1,6 @@
 // CUDA device discovery for the environment record and `--device cuda` checks. Works on a machine
 // without a GPU or driver: every runtime call is checked and turned into DeviceInfo::error.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "repro/kernels/cuda.hpp"
@@ -9,6 +10,11 @@ namespace repro::kernels::cuda {
 DeviceInfo device_info() {
   DeviceInfo info;
   cudaRuntimeGetVersion(&info.runtime_version);
+  int major = 0, minor = 0, patch = 0;  // a library property: needs no device and no handle
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+    info.cublas_version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
   if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess) info.driver_version = 0;
   cudaError_t e = cudaGetDeviceCount(&info.device_count);
   if (e != cudaSuccess) {

@@ -26,13 +26,14 @@ void setup_keygen(CLI::App& parent, Runner& runner);
 void setup_sign(CLI::App& parent, Runner& runner);
 void setup_verify(CLI::App& parent, Runner& runner);
 void setup_archive(CLI::App& parent, Runner& runner);
+void setup_env(CLI::App& parent, Runner& runner);
 
 // The one table of subcommands, in --help order.
 inline const Subcommand kSubcommands[] = {
     {"run", setup_run},         {"report", setup_report}, {"diff", setup_diff},
     {"generate", setup_generate}, {"model", setup_model}, {"serve", setup_serve},
     {"bench", setup_bench},       {"keygen", setup_keygen}, {"sign", setup_sign},
-    {"verify", setup_verify},     {"archive", setup_archive},
+    {"verify", setup_verify},     {"archive", setup_archive}, {"env", setup_env},
 };
 
 // Builds the whole CLI (used by main and by tests of --help text).

@@ -11,6 +11,7 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int driver_version = 0;    // CUDA driver API version (e.g. 13000), 0 when no driver
   int runtime_version = 0;   // CUDA runtime the binary was built against
+  std::string cublas_version;  // cuBLAS library loaded, "major.minor.patch"
   std::string error;         // why there is no device, in one line ("" when there is one)
 };
 
