@@ -62,8 +62,7 @@ fs::path variant(const fs::path& dir, const std::string& created, const std::str
   doc["digests"]["model_sha256"] = model;
   if (!endpoint.empty())
     doc["environment"]["endpoints"] = json::array({{{"label", endpoint}, {"url", "https://" + endpoint + ".example/v1"}}});
-  doc["digests"].erase("report_sha256");
-  doc["digests"]["report_sha256"] = sha256_hex(canonical_json_compact(doc));
+  doc["digests"]["report_sha256"] = report_digest(doc);
   fs::remove_all(dir);
   fs::create_directories(dir);
   write(dir / "report.json", canonical_json(doc));

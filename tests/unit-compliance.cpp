@@ -87,8 +87,7 @@ nlohmann::ordered_json reversed(const nlohmann::ordered_json& j) {
 
 // Sets digests.report_sha256 the way anyone can (what a forger does after an edit).
 void reseal(json& doc) {
-  doc["digests"].erase("report_sha256");
-  doc["digests"]["report_sha256"] = sha256_hex(canonical_json_compact(doc));
+  doc["digests"]["report_sha256"] = report_digest(doc);
 }
 
 }  // namespace
