@@ -14,6 +14,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "repro/audit/drift.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -448,7 +449,10 @@ void analyze(AuditReport& r) {
     hashes[i] = output_hash(c);
     members[it->second].push_back(static_cast<int>(i));
   }
-  for (size_t k = 0; k < r.cases.size(); ++k) analyze_case(r.cases[k], all, members[k], hashes, extractor);
+  for (size_t k = 0; k < r.cases.size(); ++k) {
+    analyze_case(r.cases[k], all, members[k], hashes, extractor);
+    analyze_drift(r.cases[k], all, members[k], r.fragile_margin);  // size of the drift: drift.cpp
+  }
 
   // ---- cross-mode tables: per (prompt, decoding), which outputs each mode produced
   r.cross_mode.clear();
@@ -531,6 +535,10 @@ void analyze(AuditReport& r) {
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
   bool any_divergent_gate = false, any_error_gate = false;
+  std::string engine_precision;  // named in the drift finding ("f32", "bf16")
+  if (r.environment.is_object())
+    if (auto e = r.environment.find("engine"); e != r.environment.end() && e->is_object())
+      if (auto p = e->find("precision"); p != e->end() && p->is_string()) engine_precision = p->get<std::string>();
   for (const auto& m : mode_order) {
     ModeSummary ms;
     ms.mode = m;
@@ -565,6 +573,7 @@ void analyze(AuditReport& r) {
     bool div_gate = ms.gated && ms.cases > 0 &&
                     (ms.divergent_cases > r.thresholds.max_divergent || ms.tarr_rate + 1e-12 < r.thresholds.min_tarr);
     ms.verdict = err_gate ? "errors" : div_gate ? "divergent" : "reproducible";
+    summarize_drift(ms, r.cases, engine_precision);
     any_error_gate = any_error_gate || err_gate;
     any_divergent_gate = any_divergent_gate || div_gate;
     s.modes.push_back(ms);

@@ -86,6 +86,20 @@ void add_throughput(AuditReport& r, const std::string& mode, int batch, int64_t 
 
 }  // namespace
 
+void record_steps(const GenResult& g, Completion& c) {
+  c.margins.clear();
+  c.margins_rel.clear();
+  c.top_ids.clear();
+  c.top_logprobs.clear();
+  c.top_k = g.steps.empty() ? 0 : kTopRecorded;
+  for (const StepStats& st : g.steps) {
+    c.margins.push_back(st.margin);
+    c.margins_rel.push_back(st.margin_rel);
+    c.top_ids.insert(c.top_ids.end(), st.top_ids, st.top_ids + kTopRecorded);
+    c.top_logprobs.insert(c.top_logprobs.end(), st.top_logprobs, st.top_logprobs + kTopRecorded);
+  }
+}
+
 void run_local(const PlanOptions& plan, const Model& model, AuditReport& report, RunControl& ctl) {
   std::set<std::string> done;
   for (const auto& c : report.completions) done.insert(cell_key(c));
@@ -146,6 +160,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.text = g.text;
             c.logprobs = g.logprobs;
             c.logits_sha256 = g.logits_sha256;
+            record_steps(g, c);
             c.finish_reason = g.finish_reason;
             c.latency_s = g.latency_s;
             c.tokens_per_s = g.latency_s > 0 ? g.tokens.size() / g.latency_s : 0;

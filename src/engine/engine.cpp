@@ -126,6 +126,7 @@ std::vector<int> Engine::step() {
     const float lp = token_logprob(lg, vocab, next);
     s->result.tokens.push_back(next);
     s->result.logprobs.push_back(lp);
+    s->result.steps.push_back(step_stats(lg, vocab));
     s->last_token = next;
     ++I.generated;
     if (on_token) on_token(s->handle, next, lp);

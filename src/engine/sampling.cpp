@@ -2,6 +2,7 @@
 // size, batch mates or position in the batch.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -30,6 +31,42 @@ float token_logprob(const float* logits, int n, int id) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
   return static_cast<float>(static_cast<double>(logits[id]) - mx - std::log(sum));
+}
+
+StepStats step_stats(const float* logits, int n) {
+  StepStats st;
+  int cnt = 0;  // ids held in st.top_ids, sorted by (logit desc, id asc)
+  for (int i = 0; i < n; ++i) {
+    const float v = logits[i];
+    if (cnt == kTopRecorded && !(v > logits[st.top_ids[cnt - 1]])) continue;
+    int at = cnt < kTopRecorded ? cnt++ : cnt - 1;
+    while (at > 0 && v > logits[st.top_ids[at - 1]]) {
+      st.top_ids[at] = st.top_ids[at - 1];
+      --at;
+    }
+    st.top_ids[at] = i;
+  }
+  // log-softmax exactly as token_logprob computes it (same max, same double sum), so
+  // top_logprobs[j] == token_logprob(logits, n, top_ids[j]) bit for bit
+  const float mx = logits[st.top_ids[0]];
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = std::log(sum);
+  for (int j = 0; j < kTopRecorded; ++j) {
+    if (j < cnt) {
+      st.top_logprobs[j] = static_cast<float>(static_cast<double>(logits[st.top_ids[j]]) - mx - lse);
+    } else {
+      st.top_ids[j] = -1;
+      st.top_logprobs[j] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (cnt >= 2) {
+    const float a = logits[st.top_ids[0]], b = logits[st.top_ids[1]];
+    st.margin = a - b;
+    const float scale = std::max(std::fabs(a), std::fabs(b));
+    st.margin_rel = scale > 0 ? st.margin / scale : 0.0f;
+  }
+  return st;
 }
 
 int sample_token(const float* logits, int n, const DecodeParams& p, int step) {

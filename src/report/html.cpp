@@ -202,6 +202,39 @@ details{border:1px solid #d5d8dc;border-radius:6px;margin:6px 0;padding:4px 10px
 mark{background:#f9d0c4;color:#78281f}code{font-size:12px}
 )";
 
+
+std::string html_table(const TextTable& t, const std::string& id = "") {
+  std::string o = id.empty() ? "<table><tr>" : "<table id=\"" + esc(id) + "\"><tr>";
+  for (const auto& h : t.head) o += "<th>" + esc(h) + "</th>";
+  o += "</tr>\n";
+  for (const auto& row : t.rows) {
+    o += "<tr>";
+    for (size_t i = 0; i < row.size(); ++i) o += (i == 0 ? "<td>" : "<td class=\"n\">") + esc(row[i]) + "</td>";
+    o += "</tr>\n";
+  }
+  return o + "</table>\n";
+}
+
+std::string html_drift_sections(const AuditReport& r) {
+  std::string o = "<ul id=\"findings\">\n";
+  for (const auto& m : r.summary.modes)
+    if (!m.drift_size.finding.empty()) o += "<li><b>Finding:</b> " + esc(m.drift_size.finding) + "</li>\n";
+  o += "</ul>\n<h2>Size of the drift against the reference context</h2>\n";
+  o += html_table(drift_mode_table(r), "drift");
+  auto factors = drift_factor_tables(r);
+  if (!factors.empty()) {
+    o += "<h3>Attribution to factors</h3>\n";
+    for (const auto& [title, t] : factors) o += "<p><b>" + esc(title) + "</b></p>\n" + html_table(t);
+  }
+  return o;
+}
+
+std::string html_glossary(const AuditReport& r) {
+  std::string o = "<h2>Glossary</h2>\n<dl id=\"glossary\">\n";
+  for (const auto& [term, def] : glossary(r)) o += "<dt>" + esc(term) + "</dt><dd>" + esc(def) + "</dd>\n";
+  return o + "</dl>\n";
+}
+
 }  // namespace
 
 std::string to_html(const AuditReport& r) {
@@ -239,19 +272,21 @@ std::string to_html(const AuditReport& r) {
 
   // ---- headline
   o += "<h2>Reproducibility and its cost, per mode</h2>\n<table id=\"headline\"><tr><th>mode</th><th>cases</th>"
-       "<th>TARr@N</th><th>mean unique</th><th>bit-divergent</th><th>divergent cases</th><th>throughput vs default</th>"
-       "<th>errors</th><th>gate</th></tr>\n";
+       "<th>TARr@N</th><th>mean unique</th><th>bit-divergent</th><th>divergent cases</th><th>max |dlogprob|</th>"
+       "<th>tokens &ne; reference</th><th>throughput vs default</th><th>errors</th><th>gate</th></tr>\n";
   for (const auto& m : s.modes) {
     std::string gate = m.gated ? m.verdict : "not gated";
     o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n {}\">{}</td><td class=\"n\">{:.2f}</td>"
                      "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                     "<td class=\"{}\">{}</td></tr>\n",
+                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"{}\">{}</td></tr>\n",
                      esc(m.mode), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
-                     fmt_percent(m.bit_divergent_share), m.divergent_cases,
+                     fmt_percent(m.bit_divergent_share), m.divergent_cases, esc(fmt_dlogprob(m.drift_size.max_dlogprob)),
+                     fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
                      m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors,
                      !m.gated ? "" : m.verdict == "reproducible" ? "good" : "bad", esc(gate));
   }
   o += "</table>\n";
+  o += html_drift_sections(r);
 
   // ---- charts
   o += "<h2>Charts</h2>\n<div class=\"charts\">\n";
@@ -303,6 +338,7 @@ std::string to_html(const AuditReport& r) {
     o += fmt::format(" &middot; bit-level variants {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
     if (c.errors) o += fmt::format(" &middot; <span class=\"bad\">{} errors</span>", c.errors);
     o += "</p>\n";
+    if (c.drift_size.reference >= 0) o += "<p>Drift: " + esc(drift_summary(c.drift_size)) + "</p>\n";
     if (!c.clusters.empty()) {
       o += "<table><tr><th>#</th><th>count</th><th>hash</th><th>first divergence<br>token / char</th>"
            "<th>majority token (logprob)</th><th>cluster token (logprob)</th><th>family</th><th>distance</th>"
@@ -335,6 +371,7 @@ std::string to_html(const AuditReport& r) {
     }
     o += "</details>\n";
   }
+  o += html_glossary(r);
   o += "</body>\n</html>\n";
   return o;
 }

@@ -41,6 +41,31 @@ std::string cell(const std::string& s, size_t max_bytes = 0) {
   return out;
 }
 
+std::string md_table(const TextTable& t) {
+  std::string o = "|";
+  for (const auto& h : t.head) o += " " + cell(h) + " |";
+  o += "\n|";
+  for (size_t i = 0; i < t.head.size(); ++i) o += i == 0 ? "---|" : "---:|";
+  o += "\n";
+  for (const auto& row : t.rows) {
+    o += "|";
+    for (const auto& c : row) o += " " + cell(c) + " |";
+    o += "\n";
+  }
+  return o + "\n";
+}
+
+std::string md_drift_sections(const AuditReport& r) {
+  std::string o = "## Size of the drift against the reference context\n\n";
+  o += md_table(drift_mode_table(r));
+  auto factors = drift_factor_tables(r);
+  if (!factors.empty()) {
+    o += "### Attribution to factors\n\n";
+    for (const auto& [title, t] : factors) o += "**" + cell(title) + "**\n\n" + md_table(t);
+  }
+  return o;
+}
+
 std::string logprob(const std::optional<float>& v) { return v ? fmt::format("{:.4f}", *v) : "-"; }
 
 }  // namespace
@@ -70,14 +95,21 @@ std::string to_markdown(const AuditReport& r) {
   o += "\n\n";
 
   o += "## Reproducibility and throughput per mode\n\n";
-  o += "| mode | cases | TARr@N | mean unique | bit-divergent | divergent cases | throughput vs default | errors | gate |\n";
-  o += "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  o += "| mode | cases | TARr@N | mean unique | bit-divergent | divergent cases | max \\|dlogprob\\| | tokens ≠ reference "
+       "| throughput vs default | errors | gate |\n";
+  o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& m : s.modes)
-    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} |\n", cell(m.mode), m.cases,
+    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} |\n", cell(m.mode), m.cases,
                      fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share), m.divergent_cases,
+                     fmt_dlogprob(m.drift_size.max_dlogprob),
+                     fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
                      m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-", m.errors,
                      m.gated ? m.verdict : "not gated");
   o += "\n";
+  for (const auto& m : s.modes)
+    if (!m.drift_size.finding.empty()) o += "- **Finding:** " + cell(m.drift_size.finding) + "\n";
+  o += "\n";
+  o += md_drift_sections(r);
 
   if (!r.throughput.empty()) {
     o += "## Throughput\n\n";
@@ -116,6 +148,7 @@ std::string to_markdown(const AuditReport& r) {
     o += fmt::format(", bit-level variants = {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
     if (c.errors) o += fmt::format(", errors = {}", c.errors);
     o += "\n\n";
+    if (c.drift_size.reference >= 0) o += "Drift: " + cell(drift_summary(c.drift_size)) + "\n\n";
     if (c.clusters.empty()) continue;
     o += "| # | count | hash | first divergence (token / char) | majority token (logprob) | cluster token (logprob) "
          "| family | distance | bit variants | text (divergent part in ⟦ ⟧) |\n";
@@ -154,6 +187,8 @@ std::string to_markdown(const AuditReport& r) {
       }
     }
   }
+  o += "\n## Glossary\n\n";
+  for (const auto& [term, def] : glossary(r)) o += "- **" + cell(term) + "**: " + cell(def) + "\n";
   return o;
 }
 

@@ -69,6 +69,11 @@ void describe(V& v, T& x) {
   v("text", x.text);
   v("logprobs", x.logprobs);
   v("logits_sha256", x.logits_sha256);
+  v("margins", x.margins);
+  v("margins_rel", x.margins_rel);
+  v("top_k", x.top_k);
+  v("top_ids", x.top_ids);
+  v("top_logprobs", x.top_logprobs);
   v("finish_reason", x.finish_reason);
   v("latency_s", x.latency_s);
   v("ttft_s", x.ttft_s);
@@ -119,6 +124,59 @@ void describe(V& v, T& x) {
   v("table", x.table);
 }
 
+template <class V, Is<Rate> T>
+void describe(V& v, T& x) {
+  v("k", x.k);
+  v("n", x.n);
+  v("lo", x.lo);
+  v("hi", x.hi);
+}
+
+template <class V, Is<DriftFactor> T>
+void describe(V& v, T& x) {
+  v("factor", x.factor);
+  v("values", x.values);
+  v("n", x.n);
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("max_dlogprob", x.max_dlogprob);
+}
+
+template <class V, Is<DriftSize> T>
+void describe(V& v, T& x) {
+  v("reference", x.reference);
+  v("reference_context", x.reference_context);
+  v("compared", x.compared);
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("steps_compared", x.steps_compared);
+  v("max_dlogprob", x.max_dlogprob);
+  v("mean_dlogprob", x.mean_dlogprob);
+  v("first_divergence", x.first_divergence);
+  v("first_divergence_completion", x.first_divergence_completion);
+  v("reference_token", x.reference_token);
+  v("divergent_token", x.divergent_token);
+  v("topk_kl", x.topk_kl);
+  v("fragile", x.fragile);
+  v("min_margin_rel", x.min_margin_rel);
+  v("status", x.status);
+  v("factors", x.factors);
+}
+
+template <class V, Is<ModeDriftSize> T>
+void describe(V& v, T& x) {
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("token_divergent_cases", x.token_divergent_cases);
+  v("max_dlogprob", x.max_dlogprob);
+  v("mean_dlogprob", x.mean_dlogprob);
+  v("max_topk_kl", x.max_topk_kl);
+  v("fragile", x.fragile);
+  v("fragile_cases", x.fragile_cases);
+  v("factors", x.factors);
+  v("finding", x.finding);
+}
+
 template <class V, Is<CaseResult> T>
 void describe(V& v, T& x) {
   v("prompt_id", x.prompt_id);  // prompt_text is not stored: it is prompts[prompt_id]
@@ -138,6 +196,7 @@ void describe(V& v, T& x) {
   v("failed", x.failed);
   v("clusters", x.clusters);
   v("factors", x.factors);
+  v("drift_size", x.drift_size);
 }
 
 template <class V, Is<ThroughputRow> T>
@@ -162,6 +221,7 @@ void describe(V& v, T& x) {
   v("errors", x.errors);
   v("gated", x.gated);
   v("verdict", x.verdict);
+  v("drift_size", x.drift_size);
 }
 
 template <class V, Is<Thresholds> T>
@@ -194,6 +254,7 @@ void describe(V& v, T& x) {
   v("thresholds", x.thresholds);
   v("answer_regex", x.answer_regex);
   v("answer_json_path", x.answer_json_path);
+  v("fragile_margin", x.fragile_margin);
   v("summary", x.summary);
   v("cases", x.cases);
   v("cross_mode", x.cross_mode);

@@ -12,6 +12,23 @@ namespace repro {
 std::string fmt_percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
 std::string fmt_ratio(double ratio) { return fmt::format("{:.2f}x", ratio); }
 std::string short_hash(const std::string& h) { return h.substr(0, 12); }
+std::string fmt_dlogprob(const std::optional<double>& v) {
+  if (!v) return "-";
+  return *v == 0 ? "0" : fmt::format("{:.2g}", *v);
+}
+
+std::string drift_summary(const DriftSize& d) {
+  if (d.reference < 0) return "no completions";
+  if (d.compared == 0) return fmt::format("{}; only the reference ran", d.status);
+  std::string s = fmt::format("{} vs reference ({}): {} of {} differ bitwise, {} in tokens", d.status,
+                              d.reference_context, d.bit_differ, d.compared, d.token_differ);
+  if (d.max_dlogprob) s += fmt::format("; |dlogprob| max {} mean {}", fmt_dlogprob(d.max_dlogprob), fmt_dlogprob(d.mean_dlogprob));
+  if (d.first_divergence >= 0)
+    s += fmt::format("; first divergence at token {} ({} -> {})", d.first_divergence, d.reference_token, d.divergent_token);
+  if (d.topk_kl) s += fmt::format(", top-5 KL {}", fmt_dlogprob(d.topk_kl));
+  if (d.fragile) s += fmt::format("; {} fragile steps", *d.fragile);
+  return s;
+}
 
 std::string case_summary(const CaseResult& c) {
   if (c.n == 0) return fmt::format("no completions ({} errors)", c.errors);
@@ -49,14 +66,19 @@ std::string to_terminal(const AuditReport& r) {
   out += fmt::format("verdict: {} (exit {})  cases {}  divergent {}  max unique {}  completions {}  errors {}\n",
                      upper(s.verdict.empty() ? "unknown" : s.verdict), exit_code_for(r), s.cases,
                      s.divergent_cases, s.max_unique, s.completions, s.errors);
-  out += fmt::format("{:<20} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12}  {}\n", "mode", "cases", "TARr@N",
-                     "mean unique", "bit-div", "divergent", "tok/s ratio", "gate");
+  out += fmt::format("{:<20} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8}  {}\n", "mode", "cases",
+                     "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
+                     "fragile", "gate");
   for (const auto& m : s.modes) {
-    out += fmt::format("{:<20} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12}  {}\n", m.mode, m.cases,
+    const ModeDriftSize& d = m.drift_size;
+    out += fmt::format("{:<20} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8}  {}\n", m.mode, m.cases,
                        fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
                        m.divergent_cases, m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-",
-                       m.gated ? m.verdict : "not gated");
+                       fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
+                       d.fragile, m.gated ? m.verdict : "not gated");
   }
+  for (const auto& m : s.modes)
+    if (!m.drift_size.finding.empty()) out += "finding: " + m.drift_size.finding + "\n";
   int shown = 0;
   for (const auto& c : r.cases) {
     if (!c.divergent && c.n > 0) continue;

@@ -40,6 +40,12 @@ struct Completion {
   std::string text;
   std::vector<float> logprobs;    // chosen-token logprobs, empty when unknown
   std::string logits_sha256;      // local: final step's logits bits; empty when unknown
+  // per step (local engine; empty when unknown): top-2 logit margin, absolute and relative, and the
+  // top_k most likely tokens with their logprobs, flattened step by step (top_ids[t * top_k + j])
+  std::vector<float> margins, margins_rel;
+  int top_k = 0;                  // entries per step in top_ids / top_logprobs (0: none recorded)
+  std::vector<int> top_ids;
+  std::vector<float> top_logprobs;
   std::string finish_reason;
   double latency_s = 0;
   double ttft_s = 0;              // remote streaming: time to first token
@@ -88,6 +94,44 @@ struct CrossModeTable {
   std::vector<std::string> hashes;  // the table's columns: output hashes, most frequent first
 };
 
+// k of n with its Wilson score interval at 95% (see repro/audit/stats.hpp).
+struct Rate {
+  int k = 0;
+  int n = 0;
+  double lo = 0, hi = 0;
+};
+
+// Drift against the reference context, per value of one factor: how many completions differ from the
+// reference bitwise (logits hash, logprob bits or tokens) and in tokens, and the largest per-step
+// |delta logprob| of chosen tokens over the common prefix.
+struct DriftFactor {
+  std::string factor;             // "batch_size", "position", "filler_set", "seed", "repeat", "cache_state", "precision"
+  std::vector<std::string> values;
+  std::vector<int> n, bit_differ, token_differ;     // per value
+  std::vector<double> max_dlogprob;                 // per value (0 when nothing was comparable)
+};
+
+// Size of the drift of one case against its reference completion: the reference context (batch 1,
+// position 0, first filler draw, first repeat; remote: concurrency 1), or the nearest context run.
+struct DriftSize {
+  int reference = -1;             // index into AuditReport::completions; -1: no completions
+  std::string reference_context;  // "batch 1, position 0, repeat 0" / "concurrency 1, repeat 0"
+  int compared = 0;               // completions compared with the reference (itself excluded)
+  int bit_differ = 0;             // differing bitwise: tokens, final logits hash or logprob bits
+  int token_differ = 0;           // differing in tokens
+  int steps_compared = 0;         // chosen-token logprob pairs over the common prefixes
+  std::optional<double> max_dlogprob, mean_dlogprob;   // per-step |delta logprob|; unset without logprobs
+  // first token divergence from the reference (the earliest over all completions)
+  int first_divergence = -1;      // step; -1 when no completion's tokens differ
+  int first_divergence_completion = -1;               // index into AuditReport::completions
+  int reference_token = -1, divergent_token = -1;     // ids at that step (-1 = ended)
+  std::optional<double> topk_kl;  // largest top-k KL(reference || other) at the first divergent step
+  std::optional<int> fragile;     // reference steps with relative top-2 margin < fragile_margin
+  std::optional<double> min_margin_rel;               // smallest relative top-2 margin of the reference
+  std::string status;             // "reproducible", "bit-divergent", "reproducible here, fragile", "token-divergent"
+  std::vector<DriftFactor> factors;  // factors that vary inside the case
+};
+
 struct CaseResult {
   std::string prompt_id;
   std::string prompt_text;
@@ -106,6 +150,7 @@ struct CaseResult {
   bool failed = false;            // counts against the thresholds
   bool divergent = false;         // unique > 1, or TARa false when an extractor is configured
   int answer_missing = 0;         // completions where the extractor found no answer
+  DriftSize drift_size;              // size of the drift against the reference context
 };
 
 struct ThroughputRow {
@@ -115,6 +160,19 @@ struct ThroughputRow {
   double seconds = 0;
   double tokens_per_s = 0;
   std::optional<double> ratio_vs_default;  // tokens_per_s / the baseline mode's at the same batch size
+};
+
+// Drift of one mode (or endpoint) over its cases.
+struct ModeDriftSize {
+  Rate bit_differ;                // completions differing bitwise from their case's reference
+  Rate token_differ;              // completions differing in tokens
+  Rate token_divergent_cases;     // cases where some completion's tokens differ from the reference
+  std::optional<double> max_dlogprob, mean_dlogprob;  // per-step |delta logprob| of chosen tokens
+  std::optional<double> max_topk_kl;                  // largest top-k KL at a first divergent step
+  int fragile = 0;                // fragile steps over the cases' references
+  int fragile_cases = 0;          // cases "reproducible here, fragile"
+  std::vector<DriftFactor> factors;   // summed over the mode's cases
+  std::string finding;            // one line, plain language
 };
 
 // Per mode/endpoint headline: reproducibility next to throughput relative to default.
@@ -129,6 +187,7 @@ struct ModeSummary {
   int errors = 0;
   bool gated = true;              // the thresholds apply to this mode
   std::string verdict;            // "reproducible" / "divergent" / "errors"
+  ModeDriftSize drift_size;              // drift against the reference context, over the mode's cases
 };
 
 struct Thresholds {
@@ -163,6 +222,7 @@ struct AuditReport {
   nlohmann::json environment;     // tool version, commit, OS, CPU, threads, BLAS, model path/sha256, digests
   std::map<std::string, std::string> prompts;  // prompt_id -> text
   std::vector<CrossModeTable> cross_mode;      // filled by analyze() when >1 mode ran
+  double fragile_margin = 1e-3;   // a step is fragile when its relative top-2 logit margin is below this
 };
 
 }  // namespace repro

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "repro/engine/engine.hpp"
 #include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 #include "repro/audit/plan.hpp"
@@ -34,6 +35,9 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
 // Tool version and commit, OS, CPU and its SIMD features, threads, BLAS, relevant environment
 // variables (never secrets), GPU (none without CUDA).
 nlohmann::json environment_record(int threads);
+
+// Copies the engine's per-step records (top-2 margins, top-k tokens and logprobs) into a completion.
+void record_steps(const GenResult& g, Completion& c);
 
 // A key naming a completion's cell, for resume: prompt|decoding|mode|batch|position|fillers|cache|repeat.
 std::string cell_key(const Completion& c);

@@ -30,9 +30,24 @@ struct GenRequest {
   DecodeParams params;
 };
 
+// What the engine records at each step besides the chosen token, from the logits it already has
+// (one pass for the top tokens, one for the log-sum-exp): the top-2 logit margin, where a
+// reordered sum can flip the greedy choice, and the kTopRecorded most likely tokens, from which a
+// drift analysis computes a top-k KL divergence without re-running.
+inline constexpr int kTopRecorded = 5;
+struct StepStats {
+  float margin = 0;        // top-1 logit - top-2 logit (>= 0; 0 on a tie)
+  float margin_rel = 0;    // margin / max(|top-1 logit|, |top-2 logit|); 0 when both are 0
+  int top_ids[kTopRecorded] = {};          // most likely first; ties by lower id
+  float top_logprobs[kTopRecorded] = {};   // log-softmax of top_ids (before temperature)
+};
+// StepStats of one step's logits (n >= 1; ids past n are -1 with logprob -inf).
+StepStats step_stats(const float* logits, int n);
+
 struct GenResult {
   std::vector<int> tokens;       // generated ids (without the prompt)
   std::vector<float> logprobs;   // log-softmax of each chosen token (before temperature)
+  std::vector<StepStats> steps;  // per generated token (beam search: empty)
   std::string text;              // decoded generated text
   std::string finish_reason;     // "stop" (EOS / stop string) or "length"
   std::string logits_sha256;     // SHA-256 of the final step's logits bits (vocab float32, LE)

@@ -4,6 +4,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "repro/audit/result.hpp"
@@ -59,10 +60,24 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b);
 std::string drift_text(const Drift& d, const std::string& name_a = "A", const std::string& name_b = "B");
 nlohmann::json drift_json(const Drift& d);
 
+// ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_text.cpp)
+struct TextTable {
+  std::vector<std::string> head;
+  std::vector<std::vector<std::string>> rows;
+};
+TextTable drift_mode_table(const AuditReport& r);  // one row per mode: rates with 95% intervals, sizes
+// Per mode and factor: (title "default, by batch_size", table of value, completions, differing, max |dlogprob|).
+std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditReport& r);
+// Terms used by the reports, with their definitions.
+std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
+
 // ---- helpers shared by the writers (src/report/terminal.cpp)
 std::string fmt_percent(double share);        // 0.5 -> "50.0%"
 std::string fmt_ratio(double ratio);          // 0.625 -> "0.62x"
 std::string short_hash(const std::string& h); // first 12 hex digits
 std::string case_summary(const CaseResult& c);  // "3 unique of 10: c1 x7 (majority); c2 x2 ..."
+std::string fmt_dlogprob(const std::optional<double>& v);  // "4.1e-06", "0", "-" when unknown
+// "token-divergent vs reference (batch 1, position 0, repeat 0): 3 of 11 differ bitwise, 2 in tokens; ..."
+std::string drift_summary(const DriftSize& d);
 
 }  // namespace repro
