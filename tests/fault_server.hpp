@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <chrono>
@@ -53,6 +54,13 @@ struct FaultServerOptions {
   bool vary_with_load = false;   // text depends on the number of requests in flight (nondeterminism)
   int token_delay_ms = 0;        // stream: pause between chunks
   std::string cert_file, key_file;  // both set: HTTPS (httplib::SSLServer)
+  // ---- misbehaving endpoints (run gate and preflight tests)
+  std::vector<std::string> models;  // non-empty: GET /v1/models lists these, and other model names get 404
+  std::string redirect_to;          // non-empty: every request gets 302 with this Location
+  bool html_login = false;          // every request gets 200 text/html (a login page)
+  bool empty_content = false;       // 200 with an empty completion text and no tokens
+  bool vary_per_request = false;    // every request gets a different text (nondeterminism, no load needed)
+  int fail_of_5 = 0;                // POST n (from 0) with n % 5 >= 5 - fail_of_5 gets a 500 (the first ones pass)
 };
 
 struct SeenRequest {
@@ -73,6 +81,13 @@ class FaultServer {
     svr.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
     svr.set_keep_alive_max_count(1000);
     auto h = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (misbehave(req, res)) return;
+      if (opt_.models.empty()) return error_body(res, 404, "Not found", req);
+      nlohmann::json data = nlohmann::json::array();
+      for (const auto& m : opt_.models) data.push_back({{"id", m}, {"object", "model"}});
+      res.set_content(nlohmann::json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    });
     svr.Post("/v1/chat/completions", h);
     svr.Post("/v1/completions", h);
     svr.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);
@@ -248,8 +263,28 @@ class FaultServer {
     res.set_content(nlohmann::json{{"error", {{"message", m}, {"type", "fault"}}}}.dump(), "application/json");
   }
 
+  // Redirects, login pages and bad keys answer every path alike.
+  bool misbehave(const httplib::Request& req, httplib::Response& res) {
+    if (!opt_.redirect_to.empty()) {
+      res.status = 302;
+      res.set_header("Location", opt_.redirect_to);
+      return true;
+    }
+    if (opt_.html_login) {
+      res.set_content("<!DOCTYPE html><html><body><form>Sign in</form></body></html>", "text/html");
+      return true;
+    }
+    if (req.method == "GET" && !opt_.expected_key.empty() && req.get_header_value("Authorization") != "Bearer " + opt_.expected_key &&
+        req.get_header_value("api-key") != opt_.expected_key) {
+      error_body(res, 401, "Incorrect API key provided", req);
+      return true;
+    }
+    return false;
+  }
+
   void handle(const httplib::Request& req, httplib::Response& res) {
-    ++requests;
+    const int nth = requests++;
+    if (misbehave(req, res)) return;
     enter();
     struct Leave {
       FaultServer* s;
@@ -273,6 +308,10 @@ class FaultServer {
       if (!ok) return error_body(res, 401, "Incorrect API key provided", req);
     }
     if (body.is_discarded() || !body.is_object()) return error_body(res, 400, "body is not JSON", req);
+    if (!opt_.models.empty() &&
+        std::find(opt_.models.begin(), opt_.models.end(), body.value("model", std::string())) == opt_.models.end())
+      return error_body(res, 404, "The model '" + body.value("model", std::string()) + "' does not exist", req);
+    if (opt_.fail_of_5 > 0 && nth % 5 >= 5 - opt_.fail_of_5) return error_body(res, 500, "injected fault", req);
     const bool chat = req.path.find("chat/completions") != std::string::npos;
     const std::string prompt = prompt_of(body);
     const bool stream = body.value("stream", false);
@@ -307,8 +346,9 @@ class FaultServer {
     const uint64_t seed = body.contains("seed") && body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : 0;
     const int max_tokens = std::max(1, std::min(body.value("max_tokens", 16), 4096));
     const bool want_lp = body.contains("logprobs") && !body["logprobs"].is_null() && body["logprobs"] != false;
-    const int load = opt_.vary_with_load ? current.load() : 0;
-    const std::vector<int> ids = reply_ids(prompt, seed, temperature > 0, max_tokens, load);
+    const int load = opt_.vary_with_load ? current.load() : opt_.vary_per_request ? nth + 1 : 0;
+    std::vector<int> ids = reply_ids(prompt, seed, temperature > 0, max_tokens, load);
+    if (opt_.empty_content) ids.clear();
     const std::string model = body.value("model", std::string("fault-model"));
     const std::string id = "cmpl-" + std::to_string(requests.load());
     const int64_t created = 1700000000;

@@ -504,3 +504,89 @@ TEST_CASE("analyze is idempotent") {
   CHECK(pts[1].batch_size == 8);
   CHECK(pts[1].off_majority_share == 1.0);  // the tie goes to the earlier bs-1 output
 }
+
+TEST_CASE("every mode gets a verdict by one rule; the gate is separate; errors never count as divergence") {
+  AuditReport base;
+  base.completions = {mk("p", "default", {1}, "a"), mk("p", "default", {2}, "b"),
+                      mk("p", "batch-invariant", {1}, "a"), mk("p", "batch-invariant", {1}, "a")};
+  base.thresholds.modes = {"batch-invariant"};
+  AuditReport r = base;
+  analyze(r);
+  REQUIRE(r.summary.modes.size() == 2);
+  // not gated, yet its verdict is computed like any other (not hard-coded "reproducible")
+  CHECK(r.summary.modes[0].verdict == "divergent");
+  CHECK(r.summary.modes[0].gate == "not gated");
+  CHECK(r.summary.modes[1].verdict == "reproducible");
+  CHECK(r.summary.modes[1].gate == "pass");
+  CHECK(r.summary.verdict == "reproducible");
+
+  // a case whose requests all failed is neither divergent nor reproducible, and is not in the TARr rate
+  AuditReport e = base;
+  for (int i = 0; i < 3; ++i) {
+    Completion f = mk("q", "batch-invariant", {}, "");
+    f.error = "http_5xx: HTTP 500: injected (after 1 attempt)";
+    e.completions.push_back(f);
+  }
+  e.thresholds.max_error_rate = 0.9;
+  analyze(e);
+  const CaseResult& q = find_case(e, "q", "batch-invariant");
+  CHECK(q.n == 0);
+  CHECK_FALSE(q.divergent);
+  CHECK(q.failed);
+  CHECK(e.summary.modes[1].tarr_rate == 1.0);
+  CHECK(e.summary.modes[1].divergent_cases == 0);
+  CHECK(e.summary.modes[1].error_rate == doctest::Approx(0.6));
+  CHECK(e.summary.verdict == "reproducible");  // 60% errors tolerated by 0.9: not "divergent"
+  e.thresholds.max_error_rate = 0.5;
+  analyze(e);
+  CHECK(e.summary.verdict == "errors");
+  CHECK(exit_code_for(e) == kExitBackend);
+  auto kinds = error_kinds(e);
+  REQUIRE(kinds.size() == 1);
+  CHECK(kinds[0].kind == "HTTP 500");
+  CHECK(kinds[0].count == 3);
+  CHECK(kinds[0].first == "HTTP 500: injected");
+
+  // requests of fillers (recorded per endpoint by the runner) count too
+  AuditReport f = base;
+  f.environment["remote_stats"]["batch-invariant"] = {{"requests", 40}, {"failed", 10}};
+  analyze(f);
+  CHECK(f.summary.modes[1].requests == 40);
+  CHECK(f.summary.modes[1].error_rate == doctest::Approx(0.25));
+  CHECK(f.summary.verdict == "errors");
+
+  // a gated mode the plan names but that never ran: "not run", and the run is an error
+  AuditReport n = base;
+  n.completions.resize(2);  // default only
+  n.plan = {{"modes", {"default", "batch-invariant"}}};
+  analyze(n);
+  REQUIRE(n.summary.modes.size() == 2);
+  CHECK(n.summary.modes[1].verdict == "not run");
+  CHECK(n.summary.modes[1].gate == "fail");
+  CHECK(n.summary.verdict == "errors");
+
+  // no gated mode at all: nothing was checked, so it cannot pass
+  AuditReport none = base;
+  none.thresholds.modes = {"deterministic"};
+  analyze(none);
+  CHECK(none.summary.verdict == "errors");
+
+  // drift from a --baseline is part of the verdict
+  AuditReport d = base;
+  d.baseline = BaselineResult{};
+  d.baseline->drifted = true;
+  analyze(d);
+  CHECK(d.summary.verdict == "drift");
+  CHECK(exit_code_for(d) == kExitDivergent);
+}
+
+TEST_CASE("check_gate_modes: unknown gate modes are usage errors with a close match") {
+  CHECK_NOTHROW(check_gate_modes({"a", "b"}, {"a", "b", "c"}, "--gate-modes"));
+  CHECK_NOTHROW(check_gate_modes({}, {"a"}, "--gate-modes"));
+  CHECK_THROWS_WITH_AS(check_gate_modes({"batch-invariant"}, {"default"}, "--gate-modes"),
+                       "--gate-modes: 'batch-invariant' is not a mode or endpoint label of this run; this run has "
+                       "default; name one of them in --gate-modes",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(check_gate_modes({"batch-invarient"}, {"default", "batch-invariant"}, "--gate-modes"),
+                       doctest::Contains("(did you mean 'batch-invariant'?)"), UsageError);
+}

@@ -4,6 +4,7 @@
 // probe at every concurrency, bit for bit the local engine's output; the API key never reaches a file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -107,4 +108,24 @@ TEST_CASE("run --endpoint: two endpoints side by side; default-mode serving is m
   MESSAGE("default-mode server: " << rep.summary.modes[1].mode << " mean unique " << rep.summary.modes[1].mean_unique);
   inv.stop();
   def.stop();
+}
+
+TEST_CASE("run --endpoint with a model name serve does not have: exit 2 naming the model it serves, before any replay") {
+  REPRO_REQUIRE_MODELS(dir);
+  auto model = load_model((dir / "stories260K.gguf").string());
+  ServerOptions so;
+  so.port = 0;
+  Server server(*model, {Mode::BatchInvariant, 1}, so);
+  server.start();
+  auto out = test::scratch_dir("run-remote-wrong-model");
+  auto r = test::run_cli("run --quiet --endpoint " + server.url() + " --api-model stories --out '" + out.string() + "'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.rfind("error: --api-model 'stories': ", 0) == 0);
+  CHECK(r.output.find("it serves '" + server.model_name() + "'") != std::string::npos);
+  CHECK(r.output.find("it offers " + server.model_name() + " (did you mean '" + server.model_name() + "'?)") !=
+        std::string::npos);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  CHECK(!std::filesystem::exists(out / "report.json"));
+  server.stop();
 }

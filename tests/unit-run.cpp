@@ -76,6 +76,13 @@ TEST_CASE("run: bad input exits 2 with one line naming the flag or file") {
       {"run --format pdf", "pdf"},
       {"run --positions sideways", "--positions must be first, middle, last or a non-negative integer (got 'sideways')"},
       {"run --no-such-flag", "no-such-flag"},
+      // the gate must apply to something that runs
+      {"run --modes default", "the gate of profile 'quick' (thresholds.modes; override with --gate-modes): "
+                              "'batch-invariant' is not a mode or endpoint label of this run; this run has default"},
+      {"run --gate-modes foo", "--gate-modes: 'foo' is not a mode or endpoint label of this run; this run has "
+                               "default, batch-invariant"},
+      {"run --prompt ''", "--prompt: empty prompt"},
+      {"run --profile quik", "unknown profile 'quik' (did you mean 'quick'?)"},
   };
   for (const auto& c : cases) {
     auto r = sh(cli(dir, c.args + " --quiet --out '" + (dir / "out").string() + "'"));
@@ -104,11 +111,36 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   auto c = sh(cli(dir, "run " + common + "--modes batch-invariant --out '" + (dir / "c").string() + "' --baseline '" +
                            (dir / "a" / "report.json").string() + "'"));
   CHECK(c.code == 0);
-  // Another prompt against that baseline: cases added and removed -> drift -> exit 1.
-  auto d = sh(cli(dir, "run --quiet --max-tokens 8 --repeats 2 --batch-sizes 1,4 --prompt 'Lily wanted to' "
+  // Another prompt against that baseline: cases added and removed -> drift -> exit 1, and every report says so.
+  auto d = sh(cli(dir, "run --max-tokens 8 --repeats 2 --batch-sizes 1,4 --prompt 'Lily wanted to' "
                        "--modes batch-invariant --out '" +
                            (dir / "d").string() + "' --baseline '" + (dir / "a" / "report.json").string() + "'"));
+  INFO(d.output);
   CHECK(d.code == 1);
+  CHECK(d.output.find("verdict: DRIFT (exit 1)") != std::string::npos);
+  CHECK(d.output.find("REPRODUCIBLE") == std::string::npos);
+  AuditReport rd = load_report((dir / "d" / "report.json").string());
+  CHECK(rd.summary.verdict == "drift");
+  REQUIRE(rd.baseline.has_value());
+  CHECK(rd.baseline->drifted);
+  CHECK(rd.baseline->digest_ok);
+  CHECK(rd.baseline->file == (dir / "a" / "report.json").string());
+  CHECK(rd.baseline->report_sha256.size() == 64);
+  CHECK(rd.baseline->changes.size() == 2);  // one case removed, one added
+  std::string md = read_file((dir / "d" / "report.md").string());
+  CHECK(md.find("**Verdict: drift** (exit 1)") != std::string::npos);
+  CHECK(md.find("## Baseline") != std::string::npos);
+  std::string html = read_file((dir / "d" / "report.html").string());
+  CHECK(html.find("Verdict: DRIFT<small>") != std::string::npos);
+  CHECK(html.find("id=\"baseline\"") != std::string::npos);
+  std::string junit = read_file((dir / "d" / "report.junit.xml").string());
+  CHECK(junit.find("<testsuites name=\"repro-audit\" tests=\"2\" failures=\"1\" errors=\"0\">") != std::string::npos);
+  CHECK(junit.find("type=\"drift\"") != std::string::npos);
+  // no drift: the baseline section says so and the verdict stays reproducible
+  AuditReport rc = load_report((dir / "c" / "report.json").string());
+  CHECK(rc.summary.verdict == "reproducible");
+  REQUIRE(rc.baseline.has_value());
+  CHECK_FALSE(rc.baseline->drifted);
 }
 
 TEST_CASE("run: Ctrl-C writes what finished (exit 130) and --resume completes the plan") {

@@ -410,10 +410,6 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
   cr.clusters = std::move(cl);
 }
 
-bool mode_gated(const Thresholds& t, const std::string& mode) {
-  return t.modes.empty() || std::find(t.modes.begin(), t.modes.end(), mode) != t.modes.end();
-}
-
 }  // namespace
 
 void analyze(AuditReport& r) {
@@ -528,108 +524,15 @@ void analyze(AuditReport& r) {
   }
 
   // ---- per-case verdicts, per-mode summaries, the gate
-  Summary& s = r.summary;
-  bool interrupted = s.interrupted;
-  s = Summary{};
-  s.interrupted = interrupted;
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
-  bool any_divergent_gate = false, any_error_gate = false;
+  compute_verdicts(r, mode_order);
+  // Drift size against the reference context, per mode (src/audit/drift.cpp).
   std::string engine_precision;  // named in the drift finding ("f32", "bf16")
   if (r.environment.is_object())
     if (auto e = r.environment.find("engine"); e != r.environment.end() && e->is_object())
       if (auto p = e->find("precision"); p != e->end() && p->is_string()) engine_precision = p->get<std::string>();
-  for (const auto& m : mode_order) {
-    ModeSummary ms;
-    ms.mode = m;
-    ms.gated = mode_gated(r.thresholds, m);
-    int tarr = 0, bitdiv = 0, n_total = 0;
-    double unique_sum = 0;
-    for (auto& cr : r.cases) {
-      if (cr.mode != m) continue;
-      cr.divergent = cr.n > 0 && (cr.unique > 1 || (cr.tara.has_value() && !*cr.tara));
-      cr.failed = ms.gated && (cr.divergent || cr.n == 0);
-      ms.cases++;
-      ms.divergent_cases += cr.divergent;
-      tarr += cr.tarr;
-      bitdiv += cr.bit_divergent;
-      unique_sum += cr.unique;
-      ms.errors += cr.errors;
-      n_total += cr.n;
-    }
-    if (ms.cases > 0) {
-      ms.tarr_rate = static_cast<double>(tarr) / ms.cases;
-      ms.mean_unique = unique_sum / ms.cases;
-      ms.bit_divergent_share = static_cast<double>(bitdiv) / ms.cases;
-    }
-    double ratio_sum = 0;
-    int ratio_n = 0;
-    for (const auto& row : r.throughput)
-      if (row.mode == m && row.ratio_vs_default) ratio_sum += *row.ratio_vs_default, ratio_n++;
-    if (ratio_n > 0) ms.throughput_ratio = ratio_sum / ratio_n;
-    int requests = n_total + ms.errors;
-    double error_rate = requests > 0 ? static_cast<double>(ms.errors) / requests : 0.0;
-    bool err_gate = ms.gated && (error_rate > r.thresholds.max_error_rate + 1e-12 || (ms.cases > 0 && n_total == 0));
-    bool div_gate = ms.gated && ms.cases > 0 &&
-                    (ms.divergent_cases > r.thresholds.max_divergent || ms.tarr_rate + 1e-12 < r.thresholds.min_tarr);
-    ms.verdict = err_gate ? "errors" : div_gate ? "divergent" : "reproducible";
-    summarize_drift(ms, r.cases, engine_precision);
-    any_error_gate = any_error_gate || err_gate;
-    any_divergent_gate = any_divergent_gate || div_gate;
-    s.modes.push_back(ms);
-  }
-  for (const auto& cr : r.cases) {
-    s.cases++;
-    s.divergent_cases += cr.divergent;
-    s.max_unique = std::max(s.max_unique, cr.unique);
-    s.completions += cr.n;
-    s.errors += cr.errors;
-  }
-  s.verdict = s.interrupted ? "interrupted" : any_error_gate ? "errors" : any_divergent_gate ? "divergent" : "reproducible";
-}
-
-int exit_code_for(const AuditReport& r) {
-  const auto& v = r.summary.verdict;
-  if (r.summary.interrupted || v == "interrupted") return kExitInterrupted;
-  if (v == "errors") return kExitBackend;
-  if (v == "divergent") return kExitDivergent;
-  return kExitOk;
-}
-
-std::vector<BatchPoint> unique_by_batch(const AuditReport& r) {
-  struct Acc {
-    double unique_sum = 0, off_sum = 0;
-    int cases = 0, completions = 0;
-  };
-  std::vector<std::string> mode_order;
-  std::map<std::pair<std::string, int>, Acc> acc;
-  for (const auto& cr : r.cases) {
-    if (std::find(mode_order.begin(), mode_order.end(), cr.mode) == mode_order.end()) mode_order.push_back(cr.mode);
-    std::map<int, std::set<int>> uniq;  // batch size -> clusters seen
-    std::map<int, std::pair<int, int>> off;  // batch size -> (off-majority, total)
-    for (size_t k = 0; k < cr.clusters.size(); ++k) {
-      for (int ci : cr.clusters[k].members) {
-        if (ci < 0 || ci >= static_cast<int>(r.completions.size())) continue;
-        int b = r.completions[ci].batch_size;
-        uniq[b].insert(static_cast<int>(k));
-        off[b].first += k != 0;
-        off[b].second++;
-      }
-    }
-    for (const auto& [b, set] : uniq) {
-      auto& a = acc[{cr.mode, b}];
-      a.unique_sum += static_cast<double>(set.size());
-      a.off_sum += static_cast<double>(off[b].first) / off[b].second;
-      a.cases++;
-      a.completions += off[b].second;
-    }
-  }
-  std::vector<BatchPoint> out;
-  for (const auto& m : mode_order)
-    for (const auto& [k, a] : acc)
-      if (k.first == m)
-        out.push_back({m, k.second, a.unique_sum / a.cases, a.off_sum / a.cases, a.completions});
-  return out;
+  for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases, engine_precision);
 }
 
 // ============================================================================ benchmark

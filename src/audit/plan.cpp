@@ -35,7 +35,9 @@ ProfileSource find_profile(const std::string& name_or_path) {
       if (p.first == name_or_path) return {p.first, p.second};
     std::string names;
     for (const auto& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
-    throw UsageError("--profile: unknown profile '" + name_or_path + "'; built-in profiles are " + names +
+    std::string near = closest_match(name_or_path, builtin_profile_names());
+    throw UsageError("--profile: unknown profile '" + name_or_path + "'" +
+                     (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; built-in profiles are " + names +
                      ", or give a path to a JSON file");
   }
   return {name_or_path, read_file(name_or_path, "profile")};

@@ -201,6 +201,9 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         auto keep = [&](std::vector<Completion> cs) {
           for (auto& c : cs) {
             c.decoding_id = dc.cfg.id;
+            if (c.error.empty() && c.text.empty() && c.tokens.empty())  // HTTP 200, but nothing generated
+              c.error = "empty_content: the response carries no generated text (finish_reason '" + c.finish_reason +
+                        "')";
             if (done.count(cell_key(c))) continue;
             report.completions.push_back(std::move(c));
           }

@@ -8,6 +8,7 @@
 #include "repro/common/error.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
+#include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
 
@@ -68,9 +69,9 @@ int run_generate(const GenerateOptions& o) {
                         {"fillers", run.fillers.ids},
                         {"seed", o.seed},
                         {"latency_s", r.latency_s}};
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
   } else {
-    fmt::print("{}{}\n", o.prompt, r.text);
+    fmt::print("{}{}\n", sanitize_utf8(o.prompt), sanitize_utf8(r.text));  // token ids stay exact in --json
   }
   return kExitOk;
 }

@@ -54,7 +54,7 @@ int run_model_info(const ModelInfoOptions& o) {
         {"n_params", m->n_params},
         {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes}}},
     };
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
     return kExitOk;
   }
   std::string types;

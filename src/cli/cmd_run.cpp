@@ -5,8 +5,10 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/preflight.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/common/error.hpp"
 #include "repro/audit/plan.hpp"
@@ -57,7 +59,10 @@ PlanOptions build_plan(const RunOptions& o) {
   if (o.given("--prompts")) p.prompts = prompts_from_file(o.prompts_file);
   if (o.given("--prompt")) {
     if (!o.given("--prompts")) p.prompts.clear();
-    for (const auto& t : o.prompts) p.prompts.push_back(prompt_from_text(t));
+    for (const auto& t : o.prompts) {
+      if (trim(t).empty()) throw UsageError("--prompt: empty prompt; give the text to replay, e.g. --prompt 'Once upon a time'");
+      p.prompts.push_back(prompt_from_text(t));
+    }
   }
   if (p.prompts.empty()) p.prompts = builtin_prompts();
   for (const auto& opt : plan_options()) {
@@ -155,6 +160,29 @@ int run_run(const RunOptions& o) {
     model = load_model(model_path, tokenizer_path);
     validate_plan(plan, model->config.context_length);
   }
+  // ---- the gate: which modes (endpoints) it applies to, checked before anything runs
+  if (remote && o.resume.empty() && !o.given("--gate-modes")) plan.thresholds.modes.clear();  // every endpoint
+  {
+    std::vector<std::string> run_modes;
+    if (remote)
+      for (const auto& e : endpoints) run_modes.push_back(e.label);
+    else
+      run_modes = plan.modes;
+    check_gate_modes(plan.thresholds.modes, run_modes,
+                     o.given("--gate-modes") ? std::string("--gate-modes")
+                                             : "the gate of profile '" + plan.profile +
+                                                   "' (thresholds.modes; override with --gate-modes)");
+  }
+  // ---- remote preflight: an endpoint that cannot answer ends the run before any replay
+  for (const auto& e : endpoints) preflight_endpoint(e);
+  std::optional<AuditReport> golden;
+  std::string golden_digest;
+  bool golden_digest_ok = false;
+  if (!o.baseline.empty()) {  // read before the replay: a bad golden file is a usage error, not lost work
+    std::string text = read_file(o.baseline, "--baseline report");
+    golden = from_json(text, o.baseline);
+    golden_digest_ok = verify_report_digest(text, &golden_digest);
+  }
   if (out_dir != "-") {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -191,8 +219,13 @@ int run_run(const RunOptions& o) {
   std::signal(SIGINT, old);
   report.summary.interrupted = g_stop.load();
 
-  // ---- analyse, write, gate ----
+  // ---- analyse, compare with the baseline, write, gate ----
   analyze(report);
+  if (golden) {
+    Drift d = compute_drift(*golden, report);
+    report.baseline = baseline_result(d, o.baseline, golden_digest, golden_digest_ok);
+    analyze(report);  // the drift is part of the verdict
+  }
   auto written = write_reports(report, out_dir, plan.formats);
   if (!checkpoint.empty()) fs::remove(checkpoint);
   if (!o.sign_key.empty()) {
@@ -203,18 +236,19 @@ int run_run(const RunOptions& o) {
     compliance::sign_report(files, o.sign_key);
     written.push_back(files.path(files.envelope));
   }
-  std::FILE* term = out_dir == "-" ? stderr : stdout;
+  bool stdout_taken = out_dir == "-";
+  for (const auto& w : written) stdout_taken = stdout_taken || w == "-";
+  std::FILE* term = stdout_taken ? stderr : stdout;
+  if (golden && !golden_digest_ok)
+    std::fprintf(stderr, "warning: --baseline '%s': its content does not match its recorded digest; it was edited "
+                 "after it was written\n", o.baseline.c_str());
   if (!o.quiet) {
     std::fputs(to_terminal(report).c_str(), term);
     for (const auto& w : written)
       if (w != "-") std::fprintf(term, "wrote %s\n", w.c_str());
   }
   int code = exit_code_for(report);
-  if (!o.baseline.empty()) {
-    Drift d = compute_drift(load_report(o.baseline), report);
-    std::fputs(drift_text(d, o.baseline, "this run").c_str(), term);
-    if (d.drifted() && code == kExitOk) code = kExitDivergent;
-  }
+  if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());
   if (report.summary.interrupted) {
     std::fprintf(stderr, "interrupted: %zu completions analysed and written; continue with --resume %s\n",
                  report.completions.size(), out_dir.c_str());
@@ -250,7 +284,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   }
   s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
   s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
-  s->add_option("--baseline", o->baseline, "Golden report.json: exit 1 when this run drifts from it");
+  s->add_option("--baseline", o->baseline, "Golden report.json: verdict DRIFT (exit 1) when this run drifts from it");
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   // remote endpoints

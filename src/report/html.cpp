@@ -189,7 +189,7 @@ const char* kCss = R"(body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Rob
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d5d8dc;padding-bottom:4px}
 .verdict{padding:14px 18px;border-radius:8px;font-size:20px;font-weight:700;color:#fff}
 .verdict small{display:block;font-size:14px;font-weight:400;margin-top:4px}
-.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-interrupted,.v-unknown{background:#566573}
+.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-drift{background:#7d3c98}.v-interrupted,.v-unknown{background:#566573}
 .meta{color:#566573;font-size:13px;margin:8px 0}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:14px}th,td{border:1px solid #d5d8dc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -252,6 +252,7 @@ std::string to_html(const AuditReport& r) {
                    "most {} unique completions per case &middot; {} completions &middot; {} errors &middot; exit {}</small></div>\n",
                    esc(verdict), esc(vu), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors,
                    exit_code_for(r));
+  if (std::string why = verdict_cause(r); !why.empty()) o += "<p class=\"bad\" id=\"why\">" + esc(why) + "</p>\n";
   if (s.interrupted) o += "<p class=\"bad\">The run was interrupted: this report covers what finished.</p>\n";
   o += fmt::format("<p class=\"meta\">schema {}", esc(kReportSchema));
   if (!r.profile.empty()) o += " &middot; profile " + esc(r.profile);
@@ -273,20 +274,44 @@ std::string to_html(const AuditReport& r) {
   // ---- headline
   o += "<h2>Reproducibility and its cost, per mode</h2>\n<table id=\"headline\"><tr><th>mode</th><th>cases</th>"
        "<th>TARr@N</th><th>mean unique</th><th>bit-divergent</th><th>divergent cases</th><th>max |dlogprob|</th>"
-       "<th>tokens &ne; reference</th><th>throughput vs default</th><th>errors</th><th>gate</th></tr>\n";
+       "<th>tokens &ne; reference</th><th>throughput vs default</th><th>errors</th><th>failed requests</th>"
+       "<th>verdict</th><th>gate</th></tr>\n";
   for (const auto& m : s.modes) {
-    std::string gate = m.gated ? m.verdict : "not gated";
     o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n {}\">{}</td><td class=\"n\">{:.2f}</td>"
                      "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"{}\">{}</td></tr>\n",
+                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {} ({})</td>"
+                     "<td class=\"{}\">{}</td><td class=\"{}\">{}</td></tr>\n",
                      esc(m.mode), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
                      fmt_percent(m.bit_divergent_share), m.divergent_cases, esc(fmt_dlogprob(m.drift_size.max_dlogprob)),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
-                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors,
-                     !m.gated ? "" : m.verdict == "reproducible" ? "good" : "bad", esc(gate));
+                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors, m.failed_requests,
+                     m.requests, fmt_percent(m.error_rate), m.verdict == "reproducible" ? "good" : "bad",
+                     esc(m.verdict), m.gate == "pass" ? "good" : m.gate == "fail" ? "bad" : "", esc(m.gate));
   }
   o += "</table>\n";
   o += html_drift_sections(r);
+  if (auto kinds = error_kinds(r); !kinds.empty()) {
+    o += "<h2>Errors (first of each kind)</h2>\n<table id=\"errors\"><tr><th>mode</th><th>kind</th><th>count</th>"
+         "<th>first message</th></tr>\n";
+    for (const auto& e : kinds)
+      o += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n", esc(e.mode),
+                       esc(e.kind), e.count, esc(e.first));
+    o += "</table>\n";
+  }
+  if (r.baseline) {
+    const BaselineResult& b = *r.baseline;
+    o += fmt::format("<h2>Baseline</h2>\n<p id=\"baseline\">Compared with <code>{}</code> (report digest <code>{}</code>{}): "
+                     "<span class=\"{}\">{}</span></p>\n",
+                     esc(b.file), esc(short_hash(b.report_sha256)),
+                     b.digest_ok ? ", digest OK" : ", <span class=\"bad\">does not match its content</span>",
+                     b.drifted ? "bad" : "good", b.drifted ? "drift" : "no drift");
+    if (!b.config_changes.empty() || !b.changes.empty()) {
+      o += "<ul>\n";
+      for (const auto& c : b.config_changes) o += "<li>configuration: " + esc(c) + "</li>\n";
+      for (const auto& c : b.changes) o += "<li>" + esc(c) + "</li>\n";
+      o += "</ul>\n";
+    }
+  }
 
   // ---- charts
   o += "<h2>Charts</h2>\n<div class=\"charts\">\n";

@@ -47,6 +47,8 @@ std::string to_junit(const AuditReport& r) {
   std::vector<std::string> modes;
   for (const auto& c : r.cases)
     if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+  for (const auto& m : r.summary.modes)  // a gated mode that never ran still gets its suite (an error)
+    if (std::find(modes.begin(), modes.end(), m.mode) == modes.end()) modes.push_back(m.mode);
   std::map<std::string, double> seconds;  // per case key: summed latency of its completions
   for (const auto& c : r.completions) seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + c.mode] += c.latency_s;
 
@@ -79,12 +81,38 @@ std::string to_junit(const AuditReport& r) {
         cases += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml(summary));
       }
     }
+    // The gate's error check of a gated mode: failed requests over --max-error-rate, or nothing answered.
+    for (const auto& ms : r.summary.modes) {
+      if (ms.mode != m || !ms.gated || (ms.verdict != "errors" && ms.verdict != "not run")) continue;
+      ++t, ++e;
+      cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"error rate\" time=\"0.000\">\n"
+                           "      <error message=\"{}\" type=\"errors\"/>\n    </testcase>\n",
+                           xml(m), xml(fmt::format("{} of {} requests failed ({:.1f}%, max {:.1f}%)", ms.failed_requests,
+                                                   ms.requests, 100 * ms.error_rate, 100 * r.thresholds.max_error_rate)));
+    }
     body += fmt::format("  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
                         "skipped=\"0\" time=\"{:.3f}\">\n",
                         xml(m), t, f, e, suite_time);
     body += cases;
     body += "  </testsuite>\n";
     tests += t, failures += f, errors += e;
+  }
+  if (r.baseline) {  // `run --baseline`: drift from the golden report is a failing testcase
+    const BaselineResult& b = *r.baseline;
+    std::string tc = fmt::format("    <testcase classname=\"repro-audit.baseline\" name=\"drift against {}\" time=\"0.000\"",
+                                 xml(b.file));
+    std::string detail;
+    for (const auto& c : b.config_changes) detail += "configuration: " + c + "\n";
+    for (const auto& c : b.changes) detail += c + "\n";
+    if (b.drifted)
+      tc += fmt::format(">\n      <failure message=\"{}\" type=\"drift\">{}</failure>\n    </testcase>\n",
+                        xml(fmt::format("{} change(s) against the baseline", b.changes.size())), xml(detail));
+    else
+      tc += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml("no drift\n" + detail));
+    body += fmt::format("  <testsuite name=\"repro-audit.baseline\" tests=\"1\" failures=\"{}\" errors=\"0\" "
+                        "skipped=\"0\" time=\"0.000\">\n{}  </testsuite>\n",
+                        b.drifted ? 1 : 0, tc);
+    tests += 1, failures += b.drifted ? 1 : 0;
   }
   std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o += fmt::format("<testsuites name=\"repro-audit\" tests=\"{}\" failures=\"{}\" errors=\"{}\">\n", tests, failures,

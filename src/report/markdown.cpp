@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/verdict.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -78,6 +79,7 @@ std::string to_markdown(const AuditReport& r) {
   o += fmt::format("**Verdict: {}** (exit {}): {} of {} cases divergent, at most {} unique completions per case; "
                    "{} completions, {} errors.\n\n",
                    verdict, exit_code_for(r), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors);
+  if (std::string why = verdict_cause(r); !why.empty()) o += "Why: " + cell(why) + "\n\n";
   if (s.interrupted) o += "The run was interrupted: this report covers what finished.\n\n";
   o += fmt::format("Schema `{}`", kReportSchema);
   if (!r.profile.empty()) o += fmt::format(" · profile `{}`", cell(r.profile));
@@ -96,20 +98,35 @@ std::string to_markdown(const AuditReport& r) {
 
   o += "## Reproducibility and throughput per mode\n\n";
   o += "| mode | cases | TARr@N | mean unique | bit-divergent | divergent cases | max \\|dlogprob\\| | tokens ≠ reference "
-       "| throughput vs default | errors | gate |\n";
-  o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+       "| throughput vs default | errors | failed requests | verdict | gate |\n";
+  o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
   for (const auto& m : s.modes)
-    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} |\n", cell(m.mode), m.cases,
-                     fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share), m.divergent_cases,
-                     fmt_dlogprob(m.drift_size.max_dlogprob),
+    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} of {} ({}) | {} | {} |\n", cell(m.mode),
+                     m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
+                     m.divergent_cases, fmt_dlogprob(m.drift_size.max_dlogprob),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
-                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-", m.errors,
-                     m.gated ? m.verdict : "not gated");
+                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-", m.errors, m.failed_requests,
+                     m.requests, fmt_percent(m.error_rate), m.verdict, m.gate.empty() ? "-" : m.gate);
   o += "\n";
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) o += "- **Finding:** " + cell(m.drift_size.finding) + "\n";
   o += "\n";
   o += md_drift_sections(r);
+  if (auto kinds = error_kinds(r); !kinds.empty()) {
+    o += "## Errors (first of each kind)\n\n| mode | kind | count | first message |\n|---|---|---:|---|\n";
+    for (const auto& e : kinds)
+      o += fmt::format("| {} | {} | {} | {} |\n", cell(e.mode), cell(e.kind), e.count, cell(e.first, 300));
+    o += "\n";
+  }
+  if (r.baseline) {
+    const BaselineResult& b = *r.baseline;
+    o += fmt::format("## Baseline\n\nCompared with `{}` (report digest `{}`{}): **{}**.\n\n", cell(b.file),
+                     short_hash(b.report_sha256), b.digest_ok ? ", digest OK" : ", DOES NOT MATCH its content",
+                     b.drifted ? "drift" : "no drift");
+    for (const auto& c : b.config_changes) o += "- configuration: " + cell(c) + "\n";
+    for (const auto& c : b.changes) o += "- " + cell(c) + "\n";
+    if (!b.config_changes.empty() || !b.changes.empty()) o += "\n";
+  }
 
   if (!r.throughput.empty()) {
     o += "## Throughput\n\n";

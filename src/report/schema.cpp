@@ -222,6 +222,20 @@ void describe(V& v, T& x) {
   v("gated", x.gated);
   v("verdict", x.verdict);
   v("drift_size", x.drift_size);
+  v("gate", x.gate);
+  v("requests", x.requests);
+  v("failed_requests", x.failed_requests);
+  v("error_rate", x.error_rate);
+}
+
+template <class V, Is<BaselineResult> T>
+void describe(V& v, T& x) {
+  v("file", x.file);
+  v("report_sha256", x.report_sha256);
+  v("digest_ok", x.digest_ok);
+  v("drift", x.drifted);
+  v("config_changes", x.config_changes);
+  v("changes", x.changes);
 }
 
 template <class V, Is<Thresholds> T>
@@ -262,6 +276,7 @@ void describe(V& v, T& x) {
   v("completions", x.completions);
   v("environment", x.environment, kEmptyObjectIfNull);  // free-form, written by the runner
   v("prompts", x.prompts);
+  v.only_if(x.baseline.has_value(), "baseline", x.baseline);  // run --baseline only
 }
 
 struct Writer;

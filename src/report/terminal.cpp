@@ -2,9 +2,11 @@
 #include <fmt/core.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/verdict.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -60,39 +62,146 @@ std::string upper(std::string s) {
 }
 }  // namespace
 
+std::string verdict_cause(const AuditReport& r) {
+  const Summary& s = r.summary;
+  std::string why;
+  if (s.verdict == "errors") {
+    bool any_gated = false;
+    for (const auto& m : s.modes) {
+      any_gated = any_gated || m.gated;
+      if (!m.gated || (m.verdict != "errors" && m.verdict != "not run")) continue;
+      if (!why.empty()) why += "; ";
+      if (m.verdict == "not run") {
+        why += fmt::format("'{}' is gated but did not run", m.mode);
+        continue;
+      }
+      why += fmt::format("'{}': {} of {} requests failed ({}, over --max-error-rate {})", m.mode, m.failed_requests,
+                         m.requests, fmt_percent(m.error_rate), fmt_percent(r.thresholds.max_error_rate));
+      int completions = 0;
+      for (const auto& c : r.cases)
+        if (c.mode == m.mode) completions += c.n;
+      if (completions == 0) why += ", no completion at all";
+      for (const auto& e : error_kinds(r))
+        if (e.mode == m.mode) {
+          why += fmt::format("; first {} (x{}): {}", e.kind, e.count, e.first);
+          break;
+        }
+    }
+    if (!any_gated) why = "no mode of this run is gated; name one in --gate-modes";
+  } else if (s.verdict == "divergent") {
+    for (const auto& m : s.modes)
+      if (m.gated && m.verdict == "divergent")
+        why += fmt::format("{}'{}': {} of {} cases divergent, TARr@N {} (gate: at most {}, TARr@N >= {})",
+                           why.empty() ? "" : "; ", m.mode, m.divergent_cases, m.cases, fmt_percent(m.tarr_rate),
+                           r.thresholds.max_divergent, fmt_percent(r.thresholds.min_tarr));
+  } else if (s.verdict == "drift" && r.baseline) {
+    why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
+                      r.baseline->changes.size(), r.baseline->changes.size() == 1 ? "" : "s");
+  }
+  return why;
+}
+
 std::string to_terminal(const AuditReport& r) {
   const Summary& s = r.summary;
   std::string out;
   out += fmt::format("verdict: {} (exit {})  cases {}  divergent {}  max unique {}  completions {}  errors {}\n",
                      upper(s.verdict.empty() ? "unknown" : s.verdict), exit_code_for(r), s.cases,
                      s.divergent_cases, s.max_unique, s.completions, s.errors);
-  out += fmt::format("{:<20} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8}  {}\n", "mode", "cases",
-                     "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
-                     "fragile", "gate");
+  std::string why = verdict_cause(r);
+  if (!why.empty()) out += "  " + why + "\n";
+  out += fmt::format("{:<20} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
+                     "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
+                     "fragile", "errors", "verdict", "gate");
   for (const auto& m : s.modes) {
     const ModeDriftSize& d = m.drift_size;
-    out += fmt::format("{:<20} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8}  {}\n", m.mode, m.cases,
-                       fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
+    out += fmt::format("{:<20} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", m.mode,
+                       m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
                        m.divergent_cases, m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-",
                        fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
-                       d.fragile, m.gated ? m.verdict : "not gated");
+                       d.fragile,
+                       m.failed_requests > m.errors ? fmt::format("{}+{}", m.errors, m.failed_requests - m.errors)
+                                                    : std::to_string(m.errors),
+                       m.verdict, m.gate.empty() ? (m.gated ? "" : "not gated") : m.gate);
   }
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) out += "finding: " + m.drift_size.finding + "\n";
-  int shown = 0;
-  for (const auto& c : r.cases) {
-    if (!c.divergent && c.n > 0) continue;
-    if (shown++ == 0) out += "divergent cases:\n";
-    if (shown > 10) {
-      out += "  ... (see the full report)\n";
+  auto kinds = error_kinds(r);
+  if (!kinds.empty()) {
+    out += "errors (first of each kind):\n";
+    for (const auto& e : kinds) out += fmt::format("  {} {} x{}: {}\n", e.mode, e.kind, e.count, e.first);
+  }
+  for (const auto& m : s.modes)
+    if (m.failed_requests > m.errors)
+      out += fmt::format("  {}: {} filler requests failed as well\n", m.mode, m.failed_requests - m.errors);
+  auto list = [&](const char* heading, auto pick) {
+    int shown = 0;
+    for (const auto& c : r.cases) {
+      if (!pick(c)) continue;
+      if (shown++ == 0) out += heading;
+      if (shown > 10) {
+        out += "  ... (see the full report)\n";
+        break;
+      }
+      out += fmt::format("  {} [{}] {}: {}\n", c.prompt_id, c.decoding_id, c.mode, case_summary(c));
+    }
+  };
+  list("divergent cases:\n", [](const CaseResult& c) { return c.divergent; });
+  list("cases without completions:\n", [](const CaseResult& c) { return c.n == 0; });
+  if (r.baseline) out += baseline_text(*r.baseline);
+  return out;
+}
+
+std::string baseline_text(const BaselineResult& b) {
+  std::string out;
+  out += fmt::format("baseline {}: {}{}\n", b.file, b.drifted ? "DRIFT" : "no drift",
+                     b.digest_ok ? "" : " (warning: the baseline does not match its recorded digest)");
+  for (const auto& c : b.config_changes) out += "  config: " + c + "\n";
+  size_t shown = 0;
+  for (const auto& c : b.changes) {
+    if (++shown > 20) {
+      out += fmt::format("  ... {} more (see report.json)\n", b.changes.size() - 20);
       break;
     }
-    out += fmt::format("  {} [{}] {}: {}\n", c.prompt_id, c.decoding_id, c.mode, case_summary(c));
+    out += "  " + c + "\n";
   }
   return out;
 }
 
 // ============================================================================ drift
+
+namespace {
+std::string short_value(const nlohmann::json& v) {
+  if (v.is_null()) return "(none)";
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (v.is_string() && s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos) s = short_hash(s);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+const nlohmann::json& at(const nlohmann::json& j, const char* a, const char* b = nullptr) {
+  static const nlohmann::json null;
+  if (!j.is_object() || !j.contains(a)) return null;
+  const auto& x = j[a];
+  if (!b) return x;
+  return x.is_object() && x.contains(b) ? x[b] : null;
+}
+}  // namespace
+
+std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b) {
+  std::vector<std::string> out;
+  auto cmp = [&](const std::string& what, const nlohmann::json& x, const nlohmann::json& y) {
+    if (x != y) out.push_back(what + " " + short_value(x) + " -> " + short_value(y));
+  };
+  cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
+  cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
+  cmp("prompts digest", at(a.environment, "digests", "prompts_sha256"), at(b.environment, "digests", "prompts_sha256"));
+  cmp("endpoints", at(a.environment, "endpoints"), at(b.environment, "endpoints"));
+  std::set<std::string> keys;
+  for (const auto* p : {&a.plan, &b.plan})
+    if (p->is_object())
+      for (auto it = p->begin(); it != p->end(); ++it) keys.insert(it.key());
+  for (const auto& k : keys)
+    if (k != "prompt_ids") cmp("plan." + k, at(a.plan, k.c_str()), at(b.plan, k.c_str()));
+  return out;
+}
 
 Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   using Key = std::tuple<std::string, std::string, std::string>;
@@ -105,6 +214,7 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   Drift d;
   d.verdict_a = a.summary.verdict;
   d.verdict_b = b.summary.verdict;
+  d.config = config_drift(a, b);
   for (const auto& ca : a.cases) {
     in_a[key(ca)] = true;
     auto it = in_b.find(key(ca));
@@ -130,8 +240,12 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
 
 std::string drift_text(const Drift& d, const std::string& name_a, const std::string& name_b) {
   std::string out;
+  if (!d.config.empty()) {
+    out += fmt::format("configuration differs between {} and {}:\n", name_a, name_b);
+    for (const auto& c : d.config) out += "  " + c + "\n";
+  }
   if (!d.drifted()) {
-    return fmt::format("no drift: {} cases unchanged, verdict {} in both\n", d.unchanged, d.verdict_a);
+    return out + fmt::format("no drift: {} cases unchanged, verdict {} in both\n", d.unchanged, d.verdict_a);
   }
   int changed = 0, added = 0, removed = 0;
   for (const auto& c : d.cases) (c.change == "added" ? added : c.change == "removed" ? removed : changed)++;
@@ -155,10 +269,31 @@ nlohmann::json drift_json(const Drift& d) {
                      {"change", c.change},
                      {"what", c.what}});
   return {{"drift", d.drifted()},
+          {"config", d.config},
           {"verdict_a", d.verdict_a},
           {"verdict_b", d.verdict_b},
           {"unchanged", d.unchanged},
           {"cases", cases}};
+}
+
+}  // namespace repro
+
+namespace repro {
+
+BaselineResult baseline_result(const Drift& d, const std::string& file, const std::string& digest, bool digest_ok) {
+  BaselineResult b;
+  b.file = file;
+  b.report_sha256 = digest;
+  b.digest_ok = digest_ok;
+  b.drifted = d.drifted();
+  b.config_changes = d.config;
+  if (d.verdict_a != d.verdict_b) b.changes.push_back("verdict " + d.verdict_a + " -> " + d.verdict_b);
+  for (const auto& c : d.cases) {
+    std::string line = fmt::format("{} {} [{}] {}", c.change, c.prompt_id, c.decoding_id, c.mode);
+    for (size_t i = 0; i < c.what.size(); ++i) line += (i == 0 ? ": " : ", ") + c.what[i];
+    b.changes.push_back(line);
+  }
+  return b;
 }
 
 }  // namespace repro

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/audit/verdict.hpp"  // exit_code_for, the gate
 
 namespace repro {
 
@@ -19,9 +20,6 @@ namespace repro {
 // Throws UsageError when --answer-regex or --answer-json-path is malformed.
 void analyze(AuditReport& report);
 
-// Exit status for a finished, analysed report: 130 interrupted, 3 error rate over the threshold,
-// 1 divergent over the thresholds, 0 reproducible (see include/repro/error.hpp).
-int exit_code_for(const AuditReport& report);
 
 // Family linkage threshold: two clusters belong to the same family when their normalised token edit
 // distance (Levenshtein / max(len)) is <= this value (single linkage).

@@ -186,15 +186,23 @@ struct ModeSummary {
   std::optional<double> throughput_ratio;  // mean over batch sizes of ratio_vs_default
   int errors = 0;
   bool gated = true;              // the thresholds apply to this mode
-  std::string verdict;            // "reproducible" / "divergent" / "errors"
   ModeDriftSize drift_size;              // drift against the reference context, over the mode's cases
+  std::string verdict;            // "reproducible" / "divergent" / "errors" / "not run" (same rule for every mode)
+  // ---- request accounting and the gate (see include/repro/audit/verdict.hpp)
+  std::string gate;               // "pass" / "fail" / "not gated"
+  int64_t requests = 0;           // requests finished: probes (+ fillers for remote endpoints)
+  int64_t failed_requests = 0;    // of those, failed after retries
+  double error_rate = 0;          // failed_requests / requests (0 when none)
 };
+
+// Default --max-error-rate: 5% of an endpoint's requests (probes and fillers) may fail after retries.
+inline constexpr double kDefaultMaxErrorRate = 0.05;
 
 struct Thresholds {
   int max_divergent = 0;          // cases allowed to diverge (per mode)
   double min_tarr = 1.0;          // minimum share of cases with TARr (per mode)
   std::vector<std::string> modes; // modes the gate applies to; empty = all
-  double max_error_rate = 0.0;    // remote: share of failed requests tolerated
+  double max_error_rate = kDefaultMaxErrorRate;  // share of failed requests (probes + fillers) tolerated per mode
 };
 
 struct Summary {
@@ -203,9 +211,19 @@ struct Summary {
   int max_unique = 0;
   int completions = 0;
   int errors = 0;
-  std::string verdict;            // "reproducible" / "divergent" / "errors" / "interrupted"
+  std::string verdict;            // "reproducible" / "divergent" / "errors" / "drift" / "interrupted"
   bool interrupted = false;
   std::vector<ModeSummary> modes;
+};
+
+// `run --baseline FILE`: the golden report this run was compared with, and what changed.
+struct BaselineResult {
+  std::string file;
+  std::string report_sha256;      // the golden report's recorded digest
+  bool digest_ok = false;         // its content matches that digest
+  bool drifted = false;
+  std::vector<std::string> config_changes;  // model / profile digests, plan fields that differ
+  std::vector<std::string> changes;         // one line per changed, added or removed case, verdict change
 };
 
 struct AuditReport {
@@ -223,6 +241,7 @@ struct AuditReport {
   std::map<std::string, std::string> prompts;  // prompt_id -> text
   std::vector<CrossModeTable> cross_mode;      // filled by analyze() when >1 mode ran
   double fragile_margin = 1e-3;   // a step is fragile when its relative top-2 logit margin is below this
+  std::optional<BaselineResult> baseline;      // set by `run --baseline`; drift makes the verdict "drift"
 };
 
 }  // namespace repro

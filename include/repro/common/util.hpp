@@ -26,6 +26,10 @@ void write_file_atomic(const std::string& path, std::string_view data);
 
 std::vector<std::string> split(std::string_view s, char sep);
 std::string trim(std::string_view s);
+// The candidate closest to `word` (Levenshtein) when it is close enough to be a typo, else "".
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+// `s` with every invalid UTF-8 sequence replaced by U+FFFD (valid input is returned unchanged).
+std::string sanitize_utf8(std::string_view s);
 
 // Cache directory: $REPRO_AUDIT_CACHE, else $XDG_CACHE_HOME/repro-audit, else ~/.cache/repro-audit.
 std::string cache_dir();

@@ -50,6 +50,7 @@ struct CaseDrift {
 };
 struct Drift {
   std::string verdict_a, verdict_b;
+  std::vector<std::string> config;  // configuration differences (model/profile/prompts digests, endpoints, plan fields)
   std::vector<CaseDrift> cases;    // in A's case order, then added cases in B's order
   int unchanged = 0;
   bool drifted() const { return !cases.empty() || verdict_a != verdict_b; }
@@ -59,6 +60,13 @@ struct Drift {
 Drift compute_drift(const AuditReport& a, const AuditReport& b);
 std::string drift_text(const Drift& d, const std::string& name_a = "A", const std::string& name_b = "B");
 nlohmann::json drift_json(const Drift& d);
+// "model digest 1a2b.. -> 3c4d..", "plan.max_tokens 8 -> 16": what differs in how the two runs were made.
+std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b);
+// The `baseline` section of a run compared with a golden report (file, its digest and check, changes).
+BaselineResult baseline_result(const Drift& d, const std::string& file, const std::string& digest, bool digest_ok);
+std::string baseline_text(const BaselineResult& b);  // the terminal / text form
+// One line saying why the verdict is what it is (empty for "reproducible").
+std::string verdict_cause(const AuditReport& report);
 
 // ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_text.cpp)
 struct TextTable {
