@@ -418,7 +418,7 @@ TEST_CASE("report and diff subcommands through the real binary") {
   CHECK(p.out.find("warning: report") == 0);
   p = sh(bin + " report " + q(dir / "edited.json") + " --verify");
   CHECK(p.rc == 2);
-  CHECK(p.out.find("digests.report_sha256 does not match") != std::string::npos);
+  CHECK(p.out.find("its content does not match its recorded digest (digests.report_sha256)") != std::string::npos);
 
   p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "a.json"));
   CHECK(p.rc == 0);

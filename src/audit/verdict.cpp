@@ -164,7 +164,7 @@ std::vector<ErrorKind> error_kinds(const AuditReport& r) {
     auto it = at.find(key);
     if (it == at.end()) {
       at[key] = out.size();
-      out.push_back({c.mode, kind, detail, 1});
+      out.push_back({c.mode, kind, sanitize_utf8(detail), 1});
     } else {
       out[it->second].count++;
     }

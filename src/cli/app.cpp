@@ -6,6 +6,7 @@
 #include <string>
 
 #include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 #include "repro/common/version.hpp"
 #include "repro/cli/commands.hpp"
 
@@ -22,15 +23,50 @@ void build_app(CLI::App& app, Runner& runner) {
   for (const auto& sc : kSubcommands) sc.setup(app, runner);
 }
 
+namespace {
+
+// "did you mean" for the words CLI11 did not expect: flags against the options of the subcommand
+// given (or of every subcommand), other words against the subcommand names.
+std::string suggestion(CLI::App& app, const std::string& message) {
+  const std::string marker = "not expected: ";
+  auto at = message.find(marker);
+  if (at == std::string::npos) return {};
+  std::vector<CLI::App*> given = app.get_subcommands(), scope = given;  // the subcommand given, if any
+  if (scope.empty())
+    for (auto* sc : app.get_subcommands({})) scope.push_back(sc);
+  std::vector<std::string> flags, commands;
+  for (auto* sc : scope)
+    for (const auto* opt : sc->get_options())
+      for (const auto& n : opt->get_lnames()) flags.push_back("--" + n);
+  for (auto* sc : app.get_subcommands({})) commands.push_back(sc->get_name());
+  for (const auto& word : split(message.substr(at + marker.size()), ' ')) {
+    std::string near;
+    if (word.rfind("-", 0) == 0)
+      near = closest_match(word.substr(0, word.find('=')), flags);
+    else if (given.empty())
+      near = closest_match(word, commands);
+    if (!near.empty()) return "; did you mean '" + near + "'?";
+  }
+  return {};
+}
+
+}  // namespace
+
 int main_entry(int argc, char** argv) {
   CLI::App app{"repro-audit"};
   Runner runner;
+  // `run` is the default subcommand: `repro-audit --profile ci` is `repro-audit run --profile ci`.
+  std::vector<char*> args(argv, argv + argc);
+  static char run_word[] = "run";
+  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
+      std::string(argv[1]) != "--version")
+    args.insert(args.begin() + 1, run_word);
   try {
     build_app(app, runner);
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "error: %s (see 'repro-audit --help')\n", e.what());
+    std::fprintf(stderr, "error: %s%s (see 'repro-audit --help')\n", e.what(), suggestion(app, e.what()).c_str());
     return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
