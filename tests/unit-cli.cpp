@@ -48,7 +48,7 @@ TEST_CASE("run --format FORMAT=PATH: '-' is stdout, a path writes that one forma
   CHECK(!fs::exists(dir / "o3" / "report.junit.xml"));
   auto bad = cli(dir, "run --quiet --format pdf=-");
   CHECK(bad.code == 2);
-  CHECK(bad.output.find("--format: unknown format 'pdf'") != std::string::npos);
+  CHECK(bad.output.find("--format must be report formats json, md, html or junit, each optionally as FORMAT=PATH (got 'pdf=-')") != std::string::npos);
 }
 
 TEST_CASE("report --verify says 'digest OK'; a mismatch never prints the hash that would make it pass") {
