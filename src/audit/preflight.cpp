@@ -161,7 +161,7 @@ PreflightResult preflight_endpoint(const EndpointSpec& spec) {
   });
   client.run();
   if (!got || res.cause == FailCause::none) return out;
-  const std::string& err = res.c.error;  // "<cause>: <detail> (after N attempts)"
+  const std::string& err = res.error;  // "<cause>: <detail> (after N attempts)"
   const std::string where = who + ": a 1-token request with --api-model '" + spec.api_model + "' failed";
   auto has = [&](const char* s) { return err.find(s) != std::string::npos; };
   const bool offered = std::find(out.models.begin(), out.models.end(), spec.api_model) != out.models.end();

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "repro/remote/remote.hpp"
+#include "repro/openai/protocol.hpp"
+#include "repro/remote/client.hpp"
 
 namespace repro {
 
