@@ -209,3 +209,44 @@ TEST_CASE("device cuda: a clear backend error when this build or machine cannot 
   CHECK_THROWS_WITH_AS(Engine(m, {Mode::BatchInvariant, 1, Device::Cuda}), doctest::Contains("--device cuda: "),
                        BackendError);
 }
+
+TEST_CASE("Engine::cancel drops a queued or decoding sequence; the others decode as if it never ran") {
+  const Model& m = synth();
+  EngineOptions eo;
+  eo.mode = Mode::BatchInvariant;
+  GenRequest a = probe_request(m, 12), b = probe_request(m, 40, 0.8f, 3), c = probe_request(m, 20, 0.7f, 9);
+  Engine solo(m, eo);
+  const GenResult ra = solo.generate({a})[0], rc = solo.generate({c})[0];
+
+  Engine e(m, eo);
+  int ha = e.submit(a), hb = e.submit(b);
+  e.step();
+  e.step();
+  CHECK(e.cancel(hb));        // decoding
+  int hc = e.submit(c);
+  int hq = e.submit(b);
+  CHECK(e.cancel(hq));        // still queued
+  CHECK_FALSE(e.cancel(hq));  // already gone
+  CHECK(e.active() == 2);
+  std::vector<int> done;
+  while (e.busy())
+    for (int h : e.step()) done.push_back(h);
+  CHECK(done.size() == 2);
+  CHECK(e.take_result(ha).tokens == ra.tokens);
+  CHECK(e.take_result(hc).tokens == rc.tokens);
+  CHECK_THROWS(e.result(hb));
+  CHECK_FALSE(e.cancel(ha));  // finished
+}
+
+TEST_CASE("top_logprobs: the k most likely tokens, descending, the greedy choice first") {
+  const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  auto t = top_logprobs(logits, 5, 3);
+  REQUIRE(t.size() == 3);
+  CHECK(t[0].id == 1);  // ties by index
+  CHECK(t[1].id == 3);
+  CHECK(t[2].id == 4);
+  CHECK(t[0].logprob == token_logprob(logits, 5, 1));
+  CHECK(top_logprobs(logits, 5, 9).size() == 5);
+  DecodeParams p;
+  CHECK(sample_token(logits, 5, p, 0) == t[0].id);
+}

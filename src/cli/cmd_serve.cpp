@@ -30,6 +30,9 @@ struct ServeOptions {
   int max_tokens_limit = 4096;
   std::string model_name;
   int http_threads = 0;
+  double request_timeout = 10;
+  int max_client_conns = 32;
+  double shutdown_grace = 10;
 };
 
 bool is_loopback(const std::string& host) {
@@ -47,6 +50,9 @@ int run_serve(const ServeOptions& o) {
   sopts.max_tokens_limit = o.max_tokens_limit;
   sopts.model_name = o.model_name;
   sopts.http_threads = o.http_threads;
+  sopts.request_timeout_s = o.request_timeout;
+  sopts.max_client_conns = o.max_client_conns;
+  sopts.shutdown_grace_s = o.shutdown_grace;
   if (!o.api_key_env.empty()) {
     const char* key = std::getenv(o.api_key_env.c_str());
     if (!key || !*key)
@@ -88,8 +94,8 @@ int run_serve(const ServeOptions& o) {
                 precision_name(eopts.precision));
     std::fflush(stdout);
     sigwait(&sigs, &sig);
-    std::fprintf(stderr, "serve: %s received, finishing in-flight requests and shutting down\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    std::fprintf(stderr, "serve: %s received, finishing in-flight requests (at most %g s) and shutting down\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", sopts.shutdown_grace_s);
     server.stop();
     ServerStats s = server.stats();
     std::fprintf(stderr, "serve: stopped after %lld requests, %lld tokens, largest batch %d\n",
@@ -129,6 +135,19 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   sub->add_option("--model-name", o->model_name, "Name clients use in 'model' (default: the file's stem)");
   sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: max(64, 2 x --max-batch + 8))")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  sub->add_option("--request-timeout", o->request_timeout,
+                  "Seconds a request's headers and body may take to arrive, in total (else 408)")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  sub->add_option("--max-client-conns", o->max_client_conns,
+                  "Connections one client address may hold idle or still sending a request")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  sub->add_option("--shutdown-grace", o->shutdown_grace,
+                  "On SIGTERM/SIGINT, seconds in-flight requests may take to finish; then streams end with an "
+                  "error event and [DONE]")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   sub->callback([o, &runner] { runner = [o] { return run_serve(*o); }; });
 }

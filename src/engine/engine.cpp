@@ -2,6 +2,7 @@
 // after submit(), decode one token per step, and leave the batch when they finish.
 #include "repro/engine/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -91,6 +92,18 @@ GenResult Engine::take_result(int handle) {
   return r;
 }
 
+bool Engine::cancel(int handle) {
+  for (auto* list : {&impl_->pending, &impl_->active}) {
+    auto it = std::find_if(list->begin(), list->end(), [&](const std::unique_ptr<Seq>& s) { return s->handle == handle; });
+    if (it != list->end()) {
+      if ((*it)->slot >= 0) impl_->fwd.release_slot((*it)->slot);  // its KV slot goes back to the pool
+      list->erase(it);  // the remaining sequences keep their order
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<int> Engine::step() {
   Impl& I = *impl_;
   for (auto& s : I.pending) I.active.push_back(std::move(s));
@@ -127,9 +140,13 @@ std::vector<int> Engine::step() {
     s->result.tokens.push_back(next);
     s->result.logprobs.push_back(lp);
     s->result.steps.push_back(step_stats(lg, vocab));
+    if (p.top_logprobs > 0) s->result.top_logprobs.push_back(top_logprobs(lg, vocab, p.top_logprobs));
     s->last_token = next;
     ++I.generated;
-    if (on_token) on_token(s->handle, next, lp);
+    if (on_token) {
+      static const std::vector<TokenLogprob> kNone;
+      on_token(s->handle, next, lp, p.top_logprobs > 0 ? s->result.top_logprobs.back() : kNone);
+    }
 
     bool finish = false;
     std::string reason = "length";

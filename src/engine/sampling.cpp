@@ -69,6 +69,18 @@ StepStats step_stats(const float* logits, int n) {
   return st;
 }
 
+std::vector<TokenLogprob> top_logprobs(const float* logits, int n, int k) {
+  k = std::max(0, std::min(k, n));
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  auto before = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+  std::vector<TokenLogprob> out;
+  out.reserve(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) out.push_back({idx[i], token_logprob(logits, n, idx[i])});
+  return out;
+}
+
 int sample_token(const float* logits, int n, const DecodeParams& p, int step) {
   if (p.temperature <= 0.0f) {  // greedy: first index of the maximum
     int best = 0;

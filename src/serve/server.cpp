@@ -1,38 +1,57 @@
 // `repro-audit serve`: OpenAI-compatible HTTP server over the local Engine (cpp-httplib).
 //
-// Threads: httplib's accept thread and worker pool run the handlers; ONE engine thread owns the
-// Engine. A handler parses and validates the request, tokenizes the prompt, puts a Job on the queue
-// and waits on the Job's condition variable. The engine thread admits queued jobs into the running
-// batch (up to max_batch), calls step() while anything decodes, and routes each on_token callback
-// and each finished result to its Job. Handlers never touch the Engine.
+// Threads: httplib's accept thread and a worker pool run the connections; ONE engine thread
+// (scheduler.cpp) owns the Engine. A handler validates the request (api.cpp), puts a Job on the
+// scheduler's queue and waits on it; the engine thread routes tokens and results back.
+//
+// Hostile clients (docs/RELIABILITY.md). Each connection is served by this file's own loop over its
+// own socket stream (GuardedHttp::process_and_close_socket), so that:
+//   - a request's headers and body must arrive within request_timeout_s in total (else 408 and
+//     close), however slowly the bytes trickle in;
+//   - one client address holds at most max_client_conns connections that are idle or still sending
+//     a request; over that, its longest-waiting one is closed, or the new one refused with 503;
+//   - when every worker is busy and connections wait, the connection that has been idle or sending
+//     its request the longest (1 s at least) is closed, so /health and real requests always get a
+//     worker within about a second;
+//   - a client that goes away (closed socket, failed stream write) cancels its sequence before the
+//     engine's next step;
+//   - stop() lets in-flight requests finish for shutdown_grace_s, ends every stream with a final
+//     event and [DONE], and closes idle and slow connections at once.
 #include "repro/serve/server.hpp"
 
+#include <arpa/inet.h>
 #include <fmt/core.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <thread>
 #include <unordered_map>
 
-#include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/serve/api.hpp"
+#include "repro/serve/scheduler.hpp"
 
 namespace repro {
 
 using json = nlohmann::json;
+using namespace serve;
 
 std::string server_fingerprint(const std::string& version, Mode mode, const std::string& model_sha256) {
   return "ra-" + sha256_hex(version + "|" + mode_name(mode) + "|" + model_sha256).substr(0, 16);
@@ -40,122 +59,324 @@ std::string server_fingerprint(const std::string& version, Mode mode, const std:
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Errors: OpenAI-style {"error": {"message", "type", "param", "code"}}.
-// ---------------------------------------------------------------------------------------------
-
-struct ApiError : std::runtime_error {
-  int status;
-  std::string param, code, type;
-  ApiError(int status_, std::string message, std::string param_ = "", std::string code_ = "invalid_value",
-           std::string type_ = "invalid_request_error")
-      : std::runtime_error(std::move(message)),
-        status(status_),
-        param(std::move(param_)),
-        code(std::move(code_)),
-        type(std::move(type_)) {}
-};
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-json error_json(const std::string& message, const std::string& type, const std::string& param,
-                const std::string& code) {
-  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
-  if (!param.empty()) e["param"] = param;
-  if (!code.empty()) e["code"] = code;
-  return json{{"error", e}};
-}
+using Clock = std::chrono::steady_clock;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(dump(error_json(e.what(), e.type, e.param, e.code)), "application/json");
 }
 
+// A complete HTTP response written straight to a socket (for connections refused or timed out
+// before httplib parsed a request). Best effort: never blocks.
+void send_raw(int fd, int status, const char* reason, const std::string& message, const std::string& code,
+              const char* extra_header = "") {
+  std::string body = dump(error_json(message, "invalid_request_error", "", code));
+  std::string r = fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n{}",
+      status, reason, body.size(), extra_header, body);
+  (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 // ---------------------------------------------------------------------------------------------
-// Request parameters
+// Connections: who is connected, in which phase, since when.
 // ---------------------------------------------------------------------------------------------
 
-bool present(const json& b, const char* key) { return b.contains(key) && !b[key].is_null(); }
+enum class Phase { Idle, Reading, Handling };
 
-std::optional<double> get_number(const json& b, const char* key) {
-  if (!present(b, key)) return std::nullopt;
-  const json& v = b[key];
-  if (!v.is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key, "invalid_type");
-  return v.get<double>();
-}
-
-std::optional<int64_t> get_int(const json& b, const char* key) {
-  if (!present(b, key)) return std::nullopt;
-  const json& v = b[key];
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
-  }
-  throw ApiError(400, fmt::format("'{}' must be an integer", key), key, "invalid_type");
-}
-
-std::optional<bool> get_bool(const json& b, const char* key) {
-  if (!present(b, key)) return std::nullopt;
-  if (!b[key].is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), key, "invalid_type");
-  return b[key].get<bool>();
-}
-
-// One parsed generation request.
-struct Parsed {
-  bool chat = false;
-  bool stream = false;
-  bool include_usage = false;
-  bool want_logprobs = false;
-  std::string prompt_text;  // for text_offset
-  GenRequest gen;
+struct Conn {
+  int fd = -1;
+  std::string addr;
+  int port = 0;
+  Phase phase = Phase::Idle;  // guarded by ConnTable::mu
+  Clock::time_point since;    // start of the phase (guarded by ConnTable::mu)
+  Clock::time_point deadline; // while Reading: the request must be complete by then (owner thread only)
+  bool deadline_hit = false;  // owner thread only
+  bool evicted = false;       // guarded by ConnTable::mu
 };
 
-// Largest m <= n such that s[0, m) does not end inside a UTF-8 sequence.
-size_t utf8_complete(const std::string& s, size_t n) {
-  for (size_t back = 1; back <= 4 && back <= n; ++back) {
-    auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead byte
-    size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    return back < need ? n - back : n;
-  }
-  return n;
-}
+thread_local Conn* t_conn = nullptr;  // the connection this worker thread serves
 
-// Length of the prefix of `text` that can be streamed now: it holds back any stop string (the engine
-// cuts it) and any suffix that could still grow into one, and never splits a UTF-8 sequence.
-size_t streamable(const std::string& text, const std::vector<std::string>& stops) {
-  size_t safe = text.size();
-  for (const auto& s : stops) {
-    size_t pos = text.find(s);
-    if (pos != std::string::npos) safe = std::min(safe, pos);
-    for (size_t k = std::min(s.size() - 1, text.size()); k > 0; --k)
-      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-        safe = std::min(safe, text.size() - k);
-        break;
-      }
-  }
-  return utf8_complete(text, safe);
-}
-
-json bytes_of(const std::string& s) {
-  json a = json::array();
-  for (unsigned char c : s) a.push_back(static_cast<int>(c));
-  return a;
-}
-
-// A request waiting for (or in) the running batch. The engine thread writes, the handler reads.
-struct Job {
-  GenRequest req;
+struct ConnTable {
   std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int> tokens;      // produced so far (on_token)
-  std::vector<float> logprobs;
-  bool done = false;
-  GenResult result;
-  int error_status = 0;         // != 0: failed with this HTTP status
-  std::string error;
+  std::list<Conn*> conns;
+  std::atomic<bool> closing_waiting{false};  // shutdown: idle and reading connections end now
+  std::atomic<bool> closing_all{false};      // shutdown, flush time over: every connection ends
+  std::atomic<int64_t> evicted{0}, rejected{0}, timed_out{0};
+  int max_client_conns = 32;
+  static constexpr double kMinAgeS = 1.0;  // a connection sending its request is never closed sooner
+
+  bool evictable(const Conn* c, Clock::time_point now) const {
+    if (c->evicted) return false;
+    if (c->phase == Phase::Idle) return true;
+    return c->phase == Phase::Reading && now - c->since >= std::chrono::duration<double>(kMinAgeS);
+  }
+  void evict_locked(Conn* c) {
+    c->evicted = true;
+    ::shutdown(c->fd, SHUT_RDWR);  // its worker's poll/recv returns at once; the worker closes it
+    ++evicted;
+  }
+  // Registers a new connection; false when its address is over the cap and nothing can be evicted.
+  bool open(Conn* c) {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto now = Clock::now();
+    int waiting = 0;
+    Conn* oldest = nullptr;
+    for (Conn* o : conns) {
+      if (o->addr != c->addr || o->phase == Phase::Handling || o->evicted) continue;
+      ++waiting;
+      if (evictable(o, now) && (!oldest || o->since < oldest->since)) oldest = o;
+    }
+    if (waiting >= max_client_conns) {
+      if (!oldest) {
+        ++rejected;
+        return false;
+      }
+      evict_locked(oldest);
+    }
+    c->phase = Phase::Idle;
+    c->since = now;
+    conns.push_back(c);
+    return true;
+  }
+  void close(Conn* c) {
+    std::lock_guard<std::mutex> lk(mu);
+    conns.remove(c);
+  }
+  void set_phase(Conn* c, Phase p) {
+    std::lock_guard<std::mutex> lk(mu);
+    c->phase = p;
+    c->since = Clock::now();
+  }
+  // Makes room for a waiting connection: closes the one idle or sending its request the longest.
+  bool evict_oldest() {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto now = Clock::now();
+    Conn* oldest = nullptr;
+    for (Conn* o : conns)
+      if (evictable(o, now) && (!oldest || o->since < oldest->since)) oldest = o;
+    if (oldest) evict_locked(oldest);
+    return oldest != nullptr;
+  }
+  void shutdown_where(bool all) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (Conn* o : conns)
+      if (all || o->phase != Phase::Handling) ::shutdown(o->fd, SHUT_RDWR);
+  }
+  int handling() {
+    std::lock_guard<std::mutex> lk(mu);
+    return static_cast<int>(std::count_if(conns.begin(), conns.end(), [](Conn* o) { return o->phase == Phase::Handling; }));
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lk(mu);
+    return conns.size();
+  }
 };
+
+// The socket stream httplib reads requests from and writes responses to. Every wait is sliced
+// (100 ms) so deadlines and shutdown are seen promptly.
+class GuardStream : public httplib::Stream {
+ public:
+  GuardStream(Conn& c, ConnTable& t, double read_timeout_s, double write_timeout_s)
+      : c_(c), t_(t), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s) {}
+
+  bool buffered() const { return off_ < len_; }
+
+  // Waits for `events`; false on timeout, on the request deadline, or on shutdown.
+  bool wait(short events, double timeout_s) const {
+    auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    const bool reading = c_.phase == Phase::Reading;
+    if (reading) end = std::min(end, c_.deadline);
+    for (;;) {
+      if (t_.closing_all || (c_.phase != Phase::Handling && t_.closing_waiting)) return false;
+      auto now = Clock::now();
+      if (now >= end) {
+        if (reading && now >= c_.deadline) c_.deadline_hit = true;
+        return false;
+      }
+      int ms = static_cast<int>(std::min<int64_t>(
+          100, std::chrono::duration_cast<std::chrono::milliseconds>(end - now).count() + 1));
+      pollfd p{c_.fd, events, 0};
+      int r = ::poll(&p, 1, ms);
+      if (r > 0) return true;  // ready, or hung up / error: the next recv/send says which
+      if (r < 0 && errno != EINTR) return false;
+    }
+  }
+
+  bool is_readable() const override { return buffered() || wait(POLLIN, read_timeout_s_); }
+  bool is_writable() const override { return !c_.deadline_hit && wait(POLLOUT, write_timeout_s_) && !peer_gone(); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (!buffered()) {
+      if (!wait(POLLIN, read_timeout_s_)) return -1;
+      ssize_t n;
+      do n = ::recv(c_.fd, buf_, sizeof buf_, 0);
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      off_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    size_t k = std::min(size, len_ - off_);
+    std::memcpy(ptr, buf_ + off_, k);
+    off_ += k;
+    return static_cast<ssize_t>(k);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (c_.deadline_hit) return -1;  // the 408 is sent by the connection loop instead
+    if (!wait(POLLOUT, write_timeout_s_)) return -1;
+    ssize_t n;
+    do n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.addr;
+    port = c_.port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ip.clear();
+    port = 0;
+    if (::getsockname(c_.fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) address_of(ss, ip, port);
+  }
+  socket_t socket() const override { return c_.fd; }
+
+  // The peer closed its end (or the socket failed): nothing more can be delivered.
+  bool peer_gone() const { return gone(c_.fd); }
+  static bool gone(int fd) {
+    pollfd p{fd, static_cast<short>(POLLRDHUP), 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+  }
+  static void address_of(const sockaddr_storage& ss, std::string& ip, int& port) {
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (ss.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+      ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+      ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+      port = ntohs(a->sin6_port);
+    }
+    ip = buf;
+  }
+
+ private:
+  Conn& c_;
+  ConnTable& t_;
+  double read_timeout_s_, write_timeout_s_;
+  char buf_[4096];
+  size_t off_ = 0, len_ = 0;
+};
+
+// httplib's worker pool, counting idle workers and waiting connections for the watchdog.
+class Pool : public httplib::TaskQueue {
+ public:
+  explicit Pool(size_t n) {
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      jobs_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      down_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  // Connections waiting for a worker while none is free.
+  bool starved() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return !jobs_.empty() && busy_ >= threads_.size();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return down_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        ++busy_;
+      }
+      fn();
+      std::lock_guard<std::mutex> lk(mu_);
+      --busy_;
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::deque<std::function<void()>> jobs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t busy_ = 0;
+  bool down_ = false;
+};
+
+// httplib's Server with this file's connection loop (keep-alive, deadlines, caps, shutdown).
+class GuardedHttp : public httplib::Server {
+ public:
+  ConnTable table;
+  double request_timeout_s = 10, write_timeout_s = 5, keep_alive_s = 2;
+  size_t keep_alive_max = 100;
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    Conn c;
+    c.fd = sock;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getpeername(sock, reinterpret_cast<sockaddr*>(&ss), &len) == 0) GuardStream::address_of(ss, c.addr, c.port);
+    bool ret = false;
+    if (!table.open(&c)) {
+      send_raw(sock, 503, "Service Unavailable",
+               fmt::format("too many connections from {} that are idle or still sending a request (this server "
+                           "allows {}: --max-client-conns); retry later",
+                           c.addr, table.max_client_conns),
+               "too_many_connections", "Retry-After: 1\r\n");
+    } else {
+      t_conn = &c;
+      GuardStream strm(c, table, request_timeout_s, write_timeout_s);
+      for (size_t n = 0; n < keep_alive_max && svr_sock_ != INVALID_SOCKET && !table.closing_waiting; ++n) {
+        // Idle (keep-alive) until the first byte of the next request, then its deadline runs.
+        if (!strm.buffered() && !strm.wait(POLLIN, keep_alive_s)) break;
+        c.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(request_timeout_s));
+        table.set_phase(&c, Phase::Reading);
+        bool closed = false;
+        ret = process_request(strm, n + 1 == keep_alive_max || table.closing_waiting.load(), closed, nullptr);
+        if (c.deadline_hit) {
+          ++table.timed_out;
+          send_raw(sock, 408, "Request Timeout",
+                   fmt::format("the request's headers and body did not arrive within {} s (--request-timeout)",
+                               request_timeout_s),
+                   "request_timeout");
+          ret = false;
+        }
+        if (!ret || closed) break;
+        table.set_phase(&c, Phase::Idle);
+      }
+      t_conn = nullptr;
+      table.close(&c);
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+};
+
+// The calling handler's connection is gone (the client closed it).
+bool client_gone() { return t_conn && GuardStream::gone(t_conn->fd); }
 
 }  // namespace
 
@@ -167,155 +388,48 @@ struct Server::Impl {
   const Model& model;
   EngineOptions eopts;
   ServerOptions opts;
-  std::string name, fp;
+  ApiContext cx;
   int64_t created_at = 0;
 
-  std::unique_ptr<Engine> engine;
-  httplib::Server http;
-  std::thread http_thread, engine_thread;
+  std::unique_ptr<Scheduler> sched;
+  GuardedHttp http;
+  std::thread http_thread, watchdog;
   int bound_port = -1;
   int listen_fd = -1;  // the listening socket (set by the socket-options hook)
-  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopping{false}, watchdog_quit{false};
+  std::atomic<Pool*> pool{nullptr};
   std::mutex life_mu;
   bool started = false, stopped = false;
   std::atomic<uint64_t> next_id{1};
-
-  // Queue and statistics, guarded by mu.
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Job>> queue;
-  bool paused = false, quit = false;
-  ServerStats st;
 
   Impl(const Model& m, EngineOptions e, ServerOptions o) : model(m), eopts(e), opts(std::move(o)) {
     if (opts.max_batch < 1) throw UsageError("--max-batch must be at least 1");
     if (opts.max_tokens_limit < 1) throw UsageError("--max-tokens-limit must be at least 1");
     if (opts.max_body_bytes < 64) throw UsageError("--max-body-bytes must be at least 64");
     if (opts.port < 0 || opts.port > 65535) throw UsageError("--port must be in 0..65535 (0 picks a free port)");
+    if (!(opts.request_timeout_s > 0 && opts.request_timeout_s <= 3600))
+      throw UsageError("--request-timeout must be in (0, 3600] seconds");
+    if (!(opts.write_timeout_s > 0 && opts.write_timeout_s <= 3600))
+      throw UsageError("the write timeout must be in (0, 3600] seconds");
+    if (!(opts.shutdown_grace_s >= 0 && opts.shutdown_grace_s <= 3600))
+      throw UsageError("--shutdown-grace must be in [0, 3600] seconds");
+    if (opts.max_client_conns < 1) throw UsageError("--max-client-conns must be at least 1");
     if (!model.tokenizer) throw UsageError("model '" + model.path + "' has no tokenizer; pass --tokenizer");
-    name = opts.model_name;
-    if (name.empty()) name = std::filesystem::path(model.path).stem().string();
-    if (name.empty()) name = "model";
-    fp = server_fingerprint(REPRO_VERSION, eopts.mode, model.file_sha256);
+    cx.model = &model;
+    cx.name = opts.model_name;
+    if (cx.name.empty()) cx.name = std::filesystem::path(model.path).stem().string();
+    if (cx.name.empty()) cx.name = "model";
+    cx.fingerprint = server_fingerprint(REPRO_VERSION, eopts.mode, model.file_sha256);
+    cx.max_body_bytes = opts.max_body_bytes;
+    cx.max_tokens_limit = opts.max_tokens_limit;
     created_at = static_cast<int64_t>(std::time(nullptr));
+    sched = std::make_unique<Scheduler>(model, eopts, opts.max_batch, opts.on_step);
   }
 
   std::string new_id(const char* prefix) {
     uint64_t n = next_id++;
     return fmt::format("{}-{:08x}{:08x}", prefix, static_cast<uint32_t>(created_at), static_cast<uint32_t>(n));
   }
-
-  // ---- engine thread ------------------------------------------------------------------------
-
-  static void finish(const std::shared_ptr<Job>& j, GenResult r) {
-    {
-      std::lock_guard<std::mutex> lk(j->mu);
-      j->result = std::move(r);
-      j->done = true;
-    }
-    j->cv.notify_all();
-  }
-  static void fail(const std::shared_ptr<Job>& j, int status, const std::string& msg) {
-    {
-      std::lock_guard<std::mutex> lk(j->mu);
-      j->error_status = status;
-      j->error = msg;
-      j->done = true;
-    }
-    j->cv.notify_all();
-  }
-
-  void bind_callbacks(std::unordered_map<int, std::shared_ptr<Job>>& running) {
-    engine->on_token = [&running](int handle, int token, float logprob) {
-      auto it = running.find(handle);
-      if (it == running.end()) return;
-      Job& j = *it->second;
-      {
-        std::lock_guard<std::mutex> lk(j.mu);
-        j.tokens.push_back(token);
-        j.logprobs.push_back(logprob);
-      }
-      j.cv.notify_all();
-    };
-  }
-
-  void engine_loop() {
-    std::unordered_map<int, std::shared_ptr<Job>> running;
-    bind_callbacks(running);
-    for (;;) {
-      std::vector<std::shared_ptr<Job>> admit;
-      bool busy = engine->busy();
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return quit || busy || (!paused && !queue.empty()); });
-        if (quit && !busy && queue.empty()) break;
-        if (!paused || quit)
-          while (!queue.empty() && engine->active() + static_cast<int>(admit.size()) < opts.max_batch) {
-            admit.push_back(std::move(queue.front()));
-            queue.pop_front();
-          }
-      }
-      int64_t joined = 0;
-      for (auto& j : admit) {
-        try {
-          int h = engine->submit(j->req);
-          running[h] = j;
-          if (busy) ++joined;
-        } catch (const UsageError& e) {
-          fail(j, 400, e.what());
-        } catch (const std::exception& e) {
-          fail(j, 500, std::string("the engine rejected the request: ") + e.what());
-        }
-      }
-      if (!engine->busy()) {
-        std::lock_guard<std::mutex> lk(mu);
-        st.joined_running += joined;
-        continue;
-      }
-      int batch = engine->active();
-      std::vector<int> finished;
-      try {
-        finished = engine->step();
-      } catch (const std::exception& e) {
-        // The engine's state is unknown after a failed step: fail what it held and start afresh.
-        for (auto& [h, j] : running) fail(j, 500, std::string("engine failure: ") + e.what());
-        running.clear();
-        engine = std::make_unique<Engine>(model, eopts);
-        bind_callbacks(running);
-        continue;
-      }
-      int64_t done_now = 0;
-      for (int h : finished) {
-        auto it = running.find(h);
-        GenResult r = engine->take_result(h);
-        if (it == running.end()) continue;
-        finish(it->second, std::move(r));
-        running.erase(it);
-        ++done_now;
-      }
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        st.joined_running += joined;
-        st.steps++;
-        st.max_batch_seen = std::max(st.max_batch_seen, batch);
-        st.completed += done_now;
-        st.active = engine->active();
-        st.tokens = engine->generated_tokens();
-      }
-      if (opts.on_step) opts.on_step(batch);
-    }
-  }
-
-  void enqueue(const std::shared_ptr<Job>& j) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      queue.push_back(j);
-      st.requests++;
-    }
-    cv.notify_all();
-  }
-
-  // ---- request parsing ----------------------------------------------------------------------
 
   void check_auth(const httplib::Request& req) const {
     if (opts.api_key.empty()) return;
@@ -332,250 +446,35 @@ struct Server::Impl {
                      "", "invalid_api_key");
   }
 
-  json parse_body(const httplib::Request& req) const {
-    if (req.body.size() > opts.max_body_bytes)
-      throw ApiError(413, body_limit_message(), "", "request_too_large");
-    json b;
-    try {
-      b = json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-    }
-    if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
-    return b;
-  }
-
-  std::string body_limit_message() const {
-    return fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-bytes)",
-                       opts.max_body_bytes);
-  }
-
-  Parsed parse(const json& b, bool chat) const {
-    Parsed p;
-    p.chat = chat;
-    const Tokenizer& tok = *model.tokenizer;
-
-    if (present(b, "model")) {
-      if (!b["model"].is_string()) throw ApiError(400, "'model' must be a string", "model", "invalid_type");
-      if (b["model"].get<std::string>() != name)
-        throw ApiError(404,
-                       fmt::format("the model '{}' does not exist on this server; it serves '{}' (GET /v1/models)",
-                                   b["model"].get<std::string>(), name),
-                       "model", "model_not_found");
-    }
-
-    // ---- prompt ----
-    std::vector<int>& ids = p.gen.prompt;
-    if (chat) {
-      if (!present(b, "messages"))
-        throw ApiError(400, "'messages' is required: an array of {\"role\", \"content\"} objects", "messages",
-                       "missing_required_parameter");
-      try {
-        p.prompt_text = render_chat(b["messages"], "'messages'");
-      } catch (const UsageError& e) {
-        throw ApiError(400, e.what(), "messages", "invalid_value");
-      }
-      ids = tok.encode(p.prompt_text, true);
-    } else {
-      if (!present(b, "prompt"))
-        throw ApiError(400, "'prompt' is required: a string (or an array holding one string)", "prompt",
-                       "missing_required_parameter");
-      json pr = b["prompt"];
-      auto all_ints = [](const json& a) {
-        return a.is_array() && !a.empty() &&
-               std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); });
-      };
-      if (pr.is_array() && pr.size() == 1 && (pr[0].is_string() || all_ints(pr[0]))) pr = json(pr[0]);
-      if (pr.is_string()) {
-        p.prompt_text = pr.get<std::string>();
-        ids = tok.encode(p.prompt_text, true);
-      } else if (all_ints(pr)) {
-        for (const auto& x : pr) {
-          int64_t id = x.get<int64_t>();
-          if (id < 0 || id >= model.config.vocab_size)
-            throw ApiError(400, fmt::format("'prompt' token id {} is outside the vocabulary (0..{})", id,
-                                            model.config.vocab_size - 1),
-                           "prompt");
-          ids.push_back(static_cast<int>(id));
-        }
-        p.prompt_text = tok.decode(ids);
-      } else if (pr.is_array() && pr.size() != 1) {
-        throw ApiError(400, "'prompt' holds several prompts; this server takes one prompt per request", "prompt");
-      } else {
-        throw ApiError(400, "'prompt' must be a string, an array of one string, or an array of token ids", "prompt",
-                       "invalid_type");
-      }
-    }
-    if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
-
-    // ---- decoding parameters ----
-    DecodeParams& d = p.gen.params;
-    if (auto n = get_int(b, "n"); n && *n != 1)
-      throw ApiError(400, "'n' must be 1: this server returns one choice per request", "n");
-    if (auto n = get_int(b, "best_of"); n && *n != 1)
-      throw ApiError(400, "'best_of' must be 1: this server returns one choice per request", "best_of");
-    if (auto e = get_bool(b, "echo"); e && *e) throw ApiError(400, "'echo' is not supported", "echo");
-    for (const char* pen : {"presence_penalty", "frequency_penalty"})
-      if (auto v = get_number(b, pen); v && *v != 0.0)
-        throw ApiError(400, fmt::format("'{}' is not supported; omit it or send 0", pen), pen);
-    if (present(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
-      throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
-
-    const int ctx = model.config.context_length;
-    const int n_prompt = static_cast<int>(ids.size());
-    std::optional<int64_t> mt = get_int(b, "max_tokens");
-    const char* mt_name = "max_tokens";
-    if (chat && !mt) {
-      mt = get_int(b, "max_completion_tokens");
-      mt_name = "max_completion_tokens";
-    }
-    if (mt) {
-      if (*mt < 1) throw ApiError(400, fmt::format("'{}' must be at least 1", mt_name), mt_name);
-      if (*mt > opts.max_tokens_limit)
-        throw ApiError(400,
-                       fmt::format("'{}' is {}, over this server's limit of {} (--max-tokens-limit)", mt_name, *mt,
-                                   opts.max_tokens_limit),
-                       mt_name);
-      if (n_prompt + *mt > ctx)
-        throw ApiError(400,
-                       fmt::format("the prompt ({} tokens) plus '{}' ({}) is over the model's context length of {} "
-                                   "tokens; shorten the prompt or lower '{}'",
-                                   n_prompt, mt_name, *mt, ctx, mt_name),
-                       mt_name, "context_length_exceeded");
-      d.max_tokens = static_cast<int>(*mt);
-    } else {
-      // Completions default to 16 tokens (OpenAI); chat to whatever the context and the limit allow.
-      int room = ctx - n_prompt;
-      if (room < 1)
-        throw ApiError(400,
-                       fmt::format("the prompt ({} tokens) fills the model's context length of {} tokens; shorten it",
-                                   n_prompt, ctx),
-                       chat ? "messages" : "prompt", "context_length_exceeded");
-      d.max_tokens = std::min({chat ? opts.max_tokens_limit : 16, opts.max_tokens_limit, room});
-    }
-
-    if (auto t = get_number(b, "temperature")) {
-      if (!(*t >= 0.0 && *t <= 2.0)) throw ApiError(400, "'temperature' must be between 0 and 2", "temperature");
-      d.temperature = static_cast<float>(*t);
-    }
-    if (auto t = get_number(b, "top_p")) {
-      if (!(*t > 0.0 && *t <= 1.0)) throw ApiError(400, "'top_p' must be in (0, 1]", "top_p");
-      d.top_p = static_cast<float>(*t);
-    }
-    if (auto k = get_int(b, "top_k")) {
-      if (*k < -1) throw ApiError(400, "'top_k' must be -1 or 0 (off) or a positive integer", "top_k");
-      d.top_k = *k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*k, model.config.vocab_size));
-    }
-    if (auto s = get_int(b, "seed")) d.seed = static_cast<uint64_t>(*s);
-    if (auto ig = get_bool(b, "ignore_eos")) d.stop_at_eos = !*ig;
-
-    if (present(b, "stop")) {
-      const json& s = b["stop"];
-      std::vector<json> items;
-      if (s.is_string()) items.push_back(s);
-      else if (s.is_array()) items.assign(s.begin(), s.end());
-      else throw ApiError(400, "'stop' must be a string or an array of strings", "stop", "invalid_type");
-      if (items.size() > 16) throw ApiError(400, "'stop' holds more than 16 strings", "stop");
-      for (const auto& x : items) {
-        if (!x.is_string() || x.get<std::string>().empty())
-          throw ApiError(400, "'stop' must hold non-empty strings", "stop", "invalid_type");
-        d.stop.push_back(x.get<std::string>());
-      }
-    }
-
-    if (chat) {
-      if (auto lp = get_bool(b, "logprobs")) p.want_logprobs = *lp;
-      if (auto tl = get_int(b, "top_logprobs"); tl && (*tl < 0 || *tl > 20))
-        throw ApiError(400, "'top_logprobs' must be between 0 and 20", "top_logprobs");
-    } else if (present(b, "logprobs")) {
-      const json& lp = b["logprobs"];
-      if (lp.is_boolean()) {
-        p.want_logprobs = lp.get<bool>();
-      } else {
-        auto n = get_int(b, "logprobs");
-        if (*n < 0 || *n > 5) throw ApiError(400, "'logprobs' must be an integer between 0 and 5", "logprobs");
-        p.want_logprobs = true;
-      }
-    }
-
-    if (auto s = get_bool(b, "stream")) p.stream = *s;
-    if (present(b, "stream_options")) {
-      if (!b["stream_options"].is_object())
-        throw ApiError(400, "'stream_options' must be an object", "stream_options", "invalid_type");
-      if (auto u = get_bool(b["stream_options"], "include_usage")) p.include_usage = *u;
-    }
-    return p;
-  }
-
-  // ---- responses ----------------------------------------------------------------------------
-
-  json base(const std::string& id, const char* object, int64_t created) const {
-    return json{{"id", id}, {"object", object}, {"created", created}, {"model", name}, {"system_fingerprint", fp}};
-  }
-
-  static json usage(int prompt, int completion) {
-    return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
-  }
-
-  // Logprobs of tokens[from, to) in the format of the endpoint; `offset` is the text offset of `from`.
-  json logprobs_json(bool chat, const std::vector<int>& tokens, const std::vector<float>& lps, size_t from,
-                     size_t to, size_t offset) const {
-    const Tokenizer& tok = *model.tokenizer;
-    if (chat) {
-      json content = json::array();
-      for (size_t i = from; i < to && i < lps.size(); ++i) {
-        std::string piece = tok.piece(tokens[i]);
-        content.push_back({{"token", piece}, {"logprob", lps[i]}, {"bytes", bytes_of(piece)},
-                           {"top_logprobs", json::array()}});
-      }
-      return json{{"content", content}};
-    }
-    json toks = json::array(), vals = json::array(), offs = json::array();
-    for (size_t i = from; i < to && i < lps.size(); ++i) {
-      std::string piece = tok.piece(tokens[i]);
-      toks.push_back(piece);
-      vals.push_back(lps[i]);
-      offs.push_back(offset);
-      offset += piece.size();
-    }
-    return json{{"tokens", toks}, {"token_logprobs", vals}, {"top_logprobs", nullptr}, {"text_offset", offs}};
-  }
-
-  json full_response(const Parsed& p, const GenResult& r, const std::string& id, int64_t created) const {
-    json j = base(id, p.chat ? "chat.completion" : "text_completion", created);
-    json choice = {{"index", 0}, {"finish_reason", r.finish_reason}, {"token_ids", r.tokens}};
-    if (p.chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-    else choice["text"] = r.text;
-    choice["logprobs"] = p.want_logprobs
-                             ? logprobs_json(p.chat, r.tokens, r.logprobs, 0, r.tokens.size(), p.prompt_text.size())
-                             : json(nullptr);
-    j["choices"] = json::array({choice});
-    j["usage"] = usage(static_cast<int>(p.gen.prompt.size()), static_cast<int>(r.tokens.size()));
-    return j;
-  }
-
   // ---- handlers -----------------------------------------------------------------------------
 
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     try {
       if (stopping) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
       check_auth(req);
-      json body = parse_body(req);
-      auto p = std::make_shared<Parsed>(parse(body, chat));
+      json body = parse_body(cx, req.body);
+      auto p = std::make_shared<Parsed>(parse_request(cx, body, chat));
       auto job = std::make_shared<Job>();
       job->req = p->gen;
       const std::string id = new_id(chat ? "chatcmpl" : "cmpl");
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      enqueue(job);
+      sched->submit(job);
       if (!p->stream) {
         std::unique_lock<std::mutex> lk(job->mu);
-        job->cv.wait(lk, [&] { return job->done; });
+        while (!job->done) {
+          job->cv.wait_for(lk, std::chrono::milliseconds(50));
+          if (!job->done && client_gone()) {
+            lk.unlock();
+            sched->cancel(job);
+            lk.lock();
+            job->cv.wait(lk, [&] { return job->done; });
+          }
+        }
         if (job->error_status != 0)
-          throw ApiError(job->error_status, job->error, "",
-                         job->error_status == 400 ? "invalid_value" : "engine_error",
+          throw ApiError(job->error_status, job->error, "", job->error_code,
                          job->error_status == 400 ? "invalid_request_error" : "server_error");
         res.status = 200;
-        res.set_content(dump(full_response(*p, job->result, id, created)), "application/json");
+        res.set_content(dump(full_response(cx, *p, job->result, id, created)), "application/json");
         return;
       }
       stream(res, p, job, id, created);
@@ -585,7 +484,9 @@ struct Server::Impl {
   }
 
   // Server-sent events: one chunk per generated token, then a chunk with finish_reason (and the
-  // rest of the text), an optional usage chunk, then `data: [DONE]`.
+  // rest of the text), an optional usage chunk, then `data: [DONE]`. A request that fails or is cut
+  // by shutdown ends with an error event and [DONE]. A failed write, or a client that closed its
+  // socket, cancels the sequence.
   void stream(httplib::Response& res, std::shared_ptr<Parsed> p, std::shared_ptr<Job> job, std::string id,
               int64_t created) {
     struct State {
@@ -597,8 +498,10 @@ struct Server::Impl {
     };
     auto state = std::make_shared<State>();
     res.set_header("Cache-Control", "no-cache");
+    Scheduler* sc = sched.get();
     res.set_chunked_content_provider(
-        "text/event-stream", [this, p, job, id, created, state](size_t, httplib::DataSink& sink) -> bool {
+        "text/event-stream",
+        [this, p, job, id, created, state, sc](size_t, httplib::DataSink& sink) -> bool {
           if (state->finished) {
             sink.done();
             return true;
@@ -606,12 +509,21 @@ struct Server::Impl {
           const Tokenizer& tok = *model.tokenizer;
           std::vector<int> toks;
           std::vector<float> lps;
+          std::vector<std::vector<TokenLogprob>> tops;
           bool done = false;
           {
             std::unique_lock<std::mutex> lk(job->mu);
-            job->cv.wait(lk, [&] { return job->done || job->tokens.size() > state->next_token; });
+            while (!job->done && job->tokens.size() <= state->next_token) {
+              job->cv.wait_for(lk, std::chrono::milliseconds(50));
+              if (!job->done && job->tokens.size() <= state->next_token && client_gone()) {
+                lk.unlock();
+                sc->cancel(job);
+                return false;
+              }
+            }
             toks = job->tokens;
             lps = job->logprobs;
+            tops = job->top;
             done = job->done;
           }
           const char* object = p->chat ? "chat.completion.chunk" : "text_completion";
@@ -620,7 +532,7 @@ struct Server::Impl {
             return sink.write(s.data(), s.size());
           };
           auto chunk = [&](const std::string& delta, size_t from, size_t to, size_t offset, const json& finish) {
-            json c = base(id, object, created);
+            json c = base_object(cx, id, object, created);
             json choice = {{"index", 0}, {"finish_reason", finish}};
             choice["token_ids"] = std::vector<int>(toks.begin() + static_cast<long>(from),
                                                    toks.begin() + static_cast<long>(to));
@@ -633,7 +545,7 @@ struct Server::Impl {
               choice["text"] = delta;
             }
             choice["logprobs"] = p->want_logprobs && to > from
-                                     ? logprobs_json(p->chat, toks, lps, from, to, p->prompt_text.size() + offset)
+                                     ? logprobs_json(cx, *p, toks, lps, tops, from, to, p->prompt_text.size() + offset)
                                      : json(nullptr);
             c["choices"] = json::array({choice});
             return emit(c);
@@ -642,6 +554,7 @@ struct Server::Impl {
           if (done && job->error_status == 0) {
             toks = job->result.tokens;
             lps = job->result.logprobs;
+            tops = job->result.top_logprobs;
           }
           // Tokens produced since the last call, one chunk each; text that may belong to a stop
           // string (cut by the engine) or to an unfinished UTF-8 sequence is held back.
@@ -652,12 +565,15 @@ struct Server::Impl {
             std::string delta = state->text.substr(state->sent, safe - state->sent);
             state->sent = safe;
             state->next_token = i + 1;
-            if (!chunk(delta, i, i + 1, offset, nullptr)) return false;
+            if (!chunk(delta, i, i + 1, offset, nullptr)) {
+              sc->cancel(job);
+              return false;
+            }
           }
           if (!done) return true;
           state->finished = true;
           if (job->error_status != 0) {
-            emit(error_json(job->error, "server_error", "", "engine_error"));
+            if (!emit(error_json(job->error, "server_error", "", job->error_code))) return false;
           } else {
             const GenResult& r = job->result;
             // Send what was held back: the rest of the engine's text (stop strings already cut).
@@ -666,9 +582,9 @@ struct Server::Impl {
               rest = r.text.substr(state->sent);
             if (!chunk(rest, toks.size(), toks.size(), state->sent, r.finish_reason)) return false;
             if (p->include_usage) {
-              json u = base(id, object, created);
+              json u = base_object(cx, id, object, created);
               u["choices"] = json::array();
-              u["usage"] = usage(static_cast<int>(p->gen.prompt.size()), static_cast<int>(r.tokens.size()));
+              u["usage"] = usage_json(static_cast<int>(p->gen.prompt.size()), static_cast<int>(r.tokens.size()));
               if (!emit(u)) return false;
             }
           }
@@ -676,26 +592,46 @@ struct Server::Impl {
           if (!sink.write(kDone, sizeof(kDone) - 1)) return false;
           sink.done();
           return true;
+        },
+        // httplib ends the response: if it ended early (write failure), the sequence is cancelled.
+        [job, sc](bool success) {
+          if (!success) sc->cancel(job);
         });
   }
 
   json models_json() const {
-    json m = {{"id", name},
+    json m = {{"id", cx.name},
               {"object", "model"},
               {"created", created_at},
               {"owned_by", "repro-audit"},
               {"mode", mode_name(eopts.mode)},
               {"model_sha256", model.file_sha256},
               {"context_length", model.config.context_length},
-              {"system_fingerprint", fp}};
+              {"system_fingerprint", cx.fingerprint}};
     return json{{"object", "list"}, {"data", json::array({m})}};
+  }
+
+  // Every route marks its connection as handling first: from then on it is never evicted.
+  template <class F>
+  httplib::Server::Handler route(F f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res) {
+      if (t_conn) http.table.set_phase(t_conn, Phase::Handling);
+      f(req, res);
+    };
   }
 
   void setup_routes() {
     http.set_payload_max_length(opts.max_body_bytes);
-    http.set_keep_alive_timeout(2);
+    http.request_timeout_s = opts.request_timeout_s;
+    http.write_timeout_s = opts.write_timeout_s;
+    http.keep_alive_s = 2;
+    http.table.max_client_conns = opts.max_client_conns;
     int threads = opts.http_threads > 0 ? opts.http_threads : std::max(64, 2 * opts.max_batch + 8);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.new_task_queue = [this, threads] {
+      auto* p = new Pool(static_cast<size_t>(threads));
+      pool = p;
+      return p;
+    };
     // Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows
     // the accept queue and connections are dropped. Keep the listening socket's fd (with httplib's
     // usual SO_REUSEADDR) so start() can raise the backlog after binding.
@@ -705,46 +641,46 @@ struct Server::Impl {
       listen_fd = sock;
     });
 
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    http.Get("/health", route([this](const httplib::Request&, httplib::Response& res) {
       ServerStats s = stats();
       json j = {{"status", stopping ? "stopping" : "ok"},
-                {"model", name},
+                {"model", cx.name},
                 {"mode", mode_name(eopts.mode)},
-                {"system_fingerprint", fp},
+                {"system_fingerprint", cx.fingerprint},
                 {"active", s.active},
                 {"queued", s.queued},
                 {"max_batch_seen", s.max_batch_seen}};
       res.status = stopping ? 503 : 200;
       res.set_content(dump(j), "application/json");
-    });
-    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    http.Get("/v1/models", route([this](const httplib::Request& req, httplib::Response& res) {
       try {
         check_auth(req);
         res.set_content(dump(models_json()), "application/json");
       } catch (const ApiError& e) {
         send_error(res, e);
       }
-    });
-    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    http.Get(R"(/v1/models/(.+))", route([this](const httplib::Request& req, httplib::Response& res) {
       try {
         check_auth(req);
-        if (req.matches[1] != name)
+        if (req.matches[1] != cx.name)
           throw ApiError(404, fmt::format("the model '{}' does not exist on this server; it serves '{}'",
-                                          std::string(req.matches[1]), name),
+                                          std::string(req.matches[1]), cx.name),
                          "model", "model_not_found");
         res.set_content(dump(models_json()["data"][0]), "application/json");
       } catch (const ApiError& e) {
         send_error(res, e);
       }
-    });
+    }));
     http.Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res, false); });
+              route([this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res, false); }));
     http.Post("/v1/chat/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res, true); });
+              route([this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res, true); }));
     for (const char* path : {"/v1/completions", "/v1/chat/completions"})
-      http.Get(path, [path](const httplib::Request&, httplib::Response& res) {
+      http.Get(path, route([path](const httplib::Request&, httplib::Response& res) {
         send_error(res, ApiError(405, fmt::format("{} takes POST with a JSON body", path), "", "method_not_allowed"));
-      });
+      }));
 
     // httplib's own errors (413 body too large, 404 unknown path, 400 bad request line) as JSON.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -752,7 +688,7 @@ struct Server::Impl {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       std::string msg, code;
       switch (res.status) {
-        case 413: msg = body_limit_message(); code = "request_too_large"; break;
+        case 413: msg = body_limit_message(cx); code = "request_too_large"; break;
         case 404:
           msg = fmt::format("unknown endpoint {} {}; this server has POST /v1/completions, POST "
                             "/v1/chat/completions, GET /v1/models, GET /health",
@@ -777,11 +713,32 @@ struct Server::Impl {
     });
   }
 
+  // Every 100 ms: when connections wait for a worker and none is free, close the connection that
+  // has been idle or sending its request the longest.
+  void watch() {
+    while (!watchdog_quit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      Pool* p = pool.load();
+      if (p && !stopping && p->starved()) http.table.evict_oldest();
+    }
+  }
+
   ServerStats stats() const {
-    std::lock_guard<std::mutex> lk(mu);
-    ServerStats s = st;
-    s.queued = static_cast<int>(queue.size());
-    return s;
+    SchedulerStats s = sched->stats();
+    ServerStats o;
+    o.requests = s.requests;
+    o.completed = s.completed;
+    o.steps = s.steps;
+    o.tokens = s.tokens;
+    o.max_batch_seen = s.max_batch_seen;
+    o.joined_running = s.joined_running;
+    o.queued = s.queued;
+    o.active = s.active;
+    o.cancelled = s.cancelled;
+    o.timed_out = http.table.timed_out;
+    o.evicted = http.table.evicted;
+    o.rejected = http.table.rejected;
+    return o;
   }
 };
 
@@ -798,8 +755,7 @@ void Server::start() {
   Impl& I = *impl_;
   std::lock_guard<std::mutex> lk(I.life_mu);
   if (I.started) throw UsageError("the server was already started");
-  // A client that disconnects mid-response must not kill the process (httplib sends without
-  // MSG_NOSIGNAL); only replace the default action.
+  // A client that disconnects mid-response must not kill the process; only replace the default.
   struct sigaction old {};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     struct sigaction ign {};
@@ -807,7 +763,6 @@ void Server::start() {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGPIPE, &ign, nullptr);
   }
-  I.engine = std::make_unique<Engine>(I.model, I.eopts);
   I.setup_routes();
   if (I.opts.port == 0) {
     I.bound_port = I.http.bind_to_any_port(I.opts.host);
@@ -820,8 +775,9 @@ void Server::start() {
                                  "here; pick another --port, or --port 0 for a free one",
                                  I.opts.host, I.opts.port));
   I.started = true;
-  I.engine_thread = std::thread([&I] { I.engine_loop(); });
+  I.sched->start();
   I.http_thread = std::thread([&I] { I.http.listen_after_bind(); });
+  I.watchdog = std::thread([&I] { I.watch(); });
   // httplib's stop() is a no-op until the accept loop runs: wait for it (bounded).
   for (int i = 0; i < 5000 && !I.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
@@ -832,18 +788,24 @@ void Server::stop() {
   if (!I.started || I.stopped) return;
   I.stopped = true;
   I.stopping = true;
-  // Stop accepting; httplib's workers finish the requests they hold (open streams end early) and
-  // are joined before listen_after_bind returns. The engine keeps decoding until then.
+  const auto t0 = Clock::now();
+  auto secs = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  // 1. Idle keep-alive and slow connections end now; no new request is decoded.
+  I.http.table.closing_waiting = true;
+  I.http.table.shutdown_where(false);
+  // 2. In-flight requests decode until the grace period ends; then the rest end with 503 / an error event.
+  I.sched->drain(t0 + secs(I.opts.shutdown_grace_s));
+  // 3. Handlers write their last bytes ([DONE]); a client that reads nothing is dropped.
+  const auto flush_end = Clock::now() + secs(I.opts.write_timeout_s);
+  while (I.http.table.handling() > 0 && Clock::now() < flush_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  I.http.table.closing_all = true;
+  I.http.table.shutdown_where(true);
+  I.watchdog_quit = true;
+  if (I.watchdog.joinable()) I.watchdog.join();
   for (int i = 0; i < 5000 && !I.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   I.http.stop();
   if (I.http_thread.joinable()) I.http_thread.join();
-  {
-    std::lock_guard<std::mutex> qlk(I.mu);
-    I.quit = true;
-    I.paused = false;
-  }
-  I.cv.notify_all();
-  if (I.engine_thread.joinable()) I.engine_thread.join();
 }
 
 int Server::port() const { return impl_->bound_port; }
@@ -852,20 +814,11 @@ std::string Server::url() const {
   std::string host = h.find(':') != std::string::npos ? "[" + h + "]" : h;
   return fmt::format("http://{}:{}", host, impl_->bound_port);
 }
-const std::string& Server::model_name() const { return impl_->name; }
-const std::string& Server::fingerprint() const { return impl_->fp; }
+const std::string& Server::model_name() const { return impl_->cx.name; }
+const std::string& Server::fingerprint() const { return impl_->cx.fingerprint; }
 ServerStats Server::stats() const { return impl_->stats(); }
 
-void Server::pause() {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  impl_->paused = true;
-}
-void Server::resume() {
-  {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    impl_->paused = false;
-  }
-  impl_->cv.notify_all();
-}
+void Server::pause() { impl_->sched->pause(); }
+void Server::resume() { impl_->sched->resume(); }
 
 }  // namespace repro

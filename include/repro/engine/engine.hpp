@@ -23,6 +23,13 @@ struct DecodeParams {
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings (text); the match is cut from the output
   bool stop_at_eos = true;
+  int top_logprobs = 0;           // > 0: also record the this-many most likely tokens at each step
+};
+
+// One alternative token at a step: id and log-softmax (before temperature).
+struct TokenLogprob {
+  int id;
+  float logprob;
 };
 
 struct GenRequest {
@@ -48,6 +55,7 @@ struct GenResult {
   std::vector<int> tokens;       // generated ids (without the prompt)
   std::vector<float> logprobs;   // log-softmax of each chosen token (before temperature)
   std::vector<StepStats> steps;  // per generated token (beam search: empty)
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when params.top_logprobs > 0
   std::string text;              // decoded generated text
   std::string finish_reason;     // "stop" (EOS / stop string) or "length"
   std::string logits_sha256;     // SHA-256 of the final step's logits bits (vocab float32, LE)
@@ -82,8 +90,12 @@ class Engine {
   int active() const;                 // sequences in the batch now
   const GenResult& result(int handle) const;  // valid once the handle finished
   GenResult take_result(int handle);  // moves it out and frees the slot's bookkeeping
-  // Called after each step for each sequence that produced a token: (handle, token, logprob).
-  std::function<void(int, int, float)> on_token;
+  // Drops a queued or decoding sequence (its client went away): it leaves the batch before the next
+  // step and produces no result. Returns false when the handle is unknown or already finished.
+  bool cancel(int handle);
+  // Called after each step for each sequence that produced a token: (handle, token, logprob,
+  // top alternatives; empty unless the request asked for top_logprobs).
+  std::function<void(int, int, float, const std::vector<TokenLogprob>&)> on_token;
 
   // Convenience: all requests join at once (position = index), run to completion.
   std::vector<GenResult> generate(const std::vector<GenRequest>& reqs);
@@ -111,5 +123,7 @@ GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<
 int sample_token(const float* logits, int n, const DecodeParams& p, int step);
 // log-softmax of logits[id].
 float token_logprob(const float* logits, int n, int id);
+// The k most likely tokens (log-softmax, descending; ties by index).
+std::vector<TokenLogprob> top_logprobs(const float* logits, int n, int k);
 
 }  // namespace repro

@@ -28,6 +28,11 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20; // larger request bodies get 413
   int max_tokens_limit = 4096;     // larger max_tokens get 400
   int http_threads = 0;            // HTTP worker threads; 0 = max(64, 2 * max_batch + 8)
+  // Hostile clients (docs/RELIABILITY.md):
+  double request_timeout_s = 10;   // a request's headers and body must arrive within this (else 408)
+  int max_client_conns = 32;       // connections per client address still sending a request or idle
+  double shutdown_grace_s = 10;    // stop(): in-flight requests may finish for this long
+  double write_timeout_s = 5;      // a client that reads nothing for this long is dropped
   // Called on the engine thread after each step with the batch size that step ran (tests, metrics).
   std::function<void(int batch)> on_step;
 };
@@ -41,6 +46,10 @@ struct ServerStats {
   int64_t joined_running = 0;  // requests submitted while other sequences were decoding
   int queued = 0;              // waiting for a batch slot now
   int active = 0;              // in the batch now
+  int64_t cancelled = 0;       // requests dropped because their client went away
+  int64_t timed_out = 0;       // connections closed (408) because a request did not arrive in time
+  int64_t evicted = 0;         // idle or slow connections closed to make room for others
+  int64_t rejected = 0;        // connections refused (503) over --max-client-conns
 };
 
 // "ra-" + the first 16 hex digits of sha256(version + "|" + mode + "|" + model_sha256).
@@ -57,8 +66,11 @@ class Server {
   // Binds and starts the engine and HTTP threads; returns once connections are accepted.
   // Throws UsageError naming --host/--port when the address cannot be bound.
   void start();
-  // Graceful: stops accepting, lets in-flight requests finish (open streams are cut), joins every
-  // thread. Idempotent; safe from any thread except an HTTP handler or the on_step hook.
+  // Graceful: new generation requests get 503; requests in flight decode for up to
+  // shutdown_grace_s, then whatever is left ends (a stream with an error event and [DONE], a
+  // non-streamed request with 503); idle and slow connections are closed; every thread is joined.
+  // Returns within about shutdown_grace_s + write_timeout_s. Idempotent; safe from any thread
+  // except an HTTP handler or the on_step hook.
   void stop();
 
   int port() const;         // the bound port (after start)
