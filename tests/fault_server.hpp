@@ -39,7 +39,9 @@ enum class Fault {
   garbage_json,   // 200 with a body (or an SSE event) that is not JSON
   empty_choices,  // 200 with "choices": []
   reset,          // TCP reset before any response byte
-  stream_error    // stream: an {"error": ...} event mid-stream
+  stream_error,   // stream: an {"error": ...} event mid-stream
+  endless,        // stream: chunks without end, as fast as the client reads, until it leaves
+  drip            // 200, then one byte every 0.5 s, never finishing
 };
 
 struct FaultServerOptions {
@@ -49,6 +51,7 @@ struct FaultServerOptions {
   int retry_after_s = 1;
   std::string expected_key;      // non-empty: require Bearer (or api-key for Azure paths), else 401
   bool echo_auth_in_errors = false;  // put the received auth header value into error bodies
+  int error_pad = 0;                 // that many 'x' before an error message (moves the echoed key)
   bool token_ids = true;         // include choices[].token_ids
   bool crlf = false;             // SSE line ends \r\n
   bool vary_with_load = false;   // text depends on the number of requests in flight (nondeterminism)
@@ -255,7 +258,7 @@ class FaultServer {
   }
 
   void error_body(httplib::Response& res, int status, const std::string& msg, const httplib::Request& req) {
-    std::string m = msg;
+    std::string m = std::string(static_cast<size_t>(opt_.error_pad), 'x') + msg;
     if (opt_.echo_auth_in_errors)
       m += " (received authorization '" + req.get_header_value("Authorization") + "', api-key '" +
            req.get_header_value("api-key") + "')";
@@ -333,6 +336,25 @@ class FaultServer {
           return res.set_content(R"({"id":"e","object":"chat.completion","created":1,"model":"m","choices":[]})",
                                  "application/json");
         break;
+      case Fault::endless:
+      case Fault::drip: {
+        leave.armed = false;
+        const std::string chunk =
+            f == Fault::drip ? std::string(" ")
+                             : "data: " + nlohmann::json{{"id", "x"}, {"choices", {{{"index", 0}, {"text", std::string(4000, 'a')}, {"finish_reason", nullptr}}}}}.dump() + "\n\n";
+        res.set_chunked_content_provider(
+            f == Fault::drip ? "application/json" : "text/event-stream",
+            [this, chunk, f](size_t, httplib::DataSink& sink) {
+              auto t0 = std::chrono::steady_clock::now();
+              while (!stopping_ && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+                if (!sink.write(chunk.data(), chunk.size())) return false;
+                if (f == Fault::drip) nap(0.5);
+              }
+              return false;
+            },
+            [this](bool) { --current; });
+        return;
+      }
       case Fault::cut_stream:
         if (!stream) {
           reset_connection(req);

@@ -98,7 +98,8 @@ std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
     e.api_key = key;
     e.ca_cert = o.ca_cert;
     e.max_retries = o.max_retries;
-    e.read_timeout_s = o.timeout;
+    e.read_timeout_s = o.timeout;   // silence and
+    e.total_timeout_s = o.timeout;  // the whole attempt, however slowly the bytes trickle
     e.verbose = o.verbose;
     validate_endpoint(e);
     for (const auto& other : eps)
@@ -298,7 +299,10 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--extra-body", o->extra_body, "JSON object merged into every request");
   s->add_flag("--stream", o->stream, "Use streaming (SSE) responses");
   s->add_option("--max-retries", o->max_retries, "Retries per failed request")->capture_default_str();
-  s->add_option("--timeout", o->timeout, "Read timeout in seconds")->capture_default_str();
+  s->add_option("--timeout", o->timeout,
+                "Seconds one attempt may take in total (connect, request, every byte of the answer); then it is "
+                "retried or recorded as a timeout")
+      ->capture_default_str();
   s->add_flag("--verbose", o->verbose, "Log requests and responses (API keys redacted) to stderr");
   s->callback([o, &runner] { runner = [o] { return run_run(*o); }; });
 }

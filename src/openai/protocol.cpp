@@ -81,14 +81,42 @@ EndpointSpec parse_endpoint_arg(const std::string& arg) {
 }
 
 std::string redact_url(const std::string& url) {
-  size_t s = url.find("://");
-  if (s == std::string::npos) return url;
-  size_t host_start = s + 3;
-  size_t host_end = url.find_first_of("/?#", host_start);
-  if (host_end == std::string::npos) host_end = url.size();
-  size_t at = url.rfind('@', host_end - 1);
-  if (at == std::string::npos || at < host_start || host_end == host_start) return url;
-  return url.substr(0, host_start) + "[REDACTED]@" + url.substr(at + 1);
+  std::string out = url;
+  size_t s = out.find("://");
+  if (s != std::string::npos) {
+    size_t host_start = s + 3;
+    size_t host_end = out.find_first_of("/?#", host_start);
+    if (host_end == std::string::npos) host_end = out.size();
+    size_t at = host_end > host_start ? out.rfind('@', host_end - 1) : std::string::npos;
+    if (at != std::string::npos && at >= host_start) out = out.substr(0, host_start) + "[REDACTED]@" + out.substr(at + 1);
+  }
+  // Query (and fragment) parameters whose name looks like a credential.
+  size_t q = out.find_first_of("?#");
+  if (q == std::string::npos) return out;
+  static const char* kSecretNames[] = {"key", "apikey", "api_key", "api-key", "token", "access_token",
+                                       "auth", "authorization", "sig", "signature", "password", "passwd",
+                                       "pwd", "secret", "client_secret", "code", "session", "credential"};
+  std::string res = out.substr(0, q + 1);
+  size_t i = q + 1;
+  while (i <= out.size()) {
+    size_t end = out.find_first_of("&#;", i);
+    if (end == std::string::npos) end = out.size();
+    std::string part = out.substr(i, end - i);
+    size_t eq = part.find('=');
+    std::string name = part.substr(0, eq);
+    std::string lower;
+    for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    bool secret = false;
+    for (const char* n : kSecretNames)
+      if (lower == n || (lower.size() > std::strlen(n) && lower.compare(lower.size() - std::strlen(n) - 1, std::string::npos,
+                                                                          std::string("_") + n) == 0))
+        secret = true;
+    if (secret && eq != std::string::npos) part = name + "=[REDACTED]";
+    res += part;
+    if (end < out.size()) res += out[end];
+    i = end + 1;
+  }
+  return res;
 }
 
 std::string scrub_secret(std::string s, const std::string& secret) {

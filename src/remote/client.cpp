@@ -65,11 +65,21 @@ void curl_global_once() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-constexpr size_t kMaxBody = 64u << 20;  // a response larger than this is an error
 
 }  // namespace
 
 // ---------------------------------------------------------------- spec helpers
+
+namespace {
+// A key goes into an HTTP header: a line break in it would inject headers. Control characters and
+// DEL are refused (the message never shows the key).
+void check_key_chars(const std::string& k, const std::string& where) {
+  for (unsigned char c : k)
+    if (c < 0x20 || c == 0x7f)
+      throw UsageError("the API key in " + where +
+                       " contains a control character (a line break inside it?); put the key alone on one line");
+}
+}  // namespace
 
 std::string load_api_key(const std::string& env_name, const std::string& file) {
   if (!file.empty()) {
@@ -80,11 +90,14 @@ std::string load_api_key(const std::string& env_name, const std::string& file) {
       throw UsageError(std::string(e.what()) + " (--api-key-file)");
     }
     if (k.empty()) throw UsageError("--api-key-file '" + file + "' is empty; put the API key in it");
+    check_key_chars(k, "--api-key-file '" + file + "'");
     return k;
   }
   if (env_name.empty()) return {};
   const char* v = std::getenv(env_name.c_str());
-  return v ? trim(v) : std::string();
+  std::string k = v ? trim(v) : std::string();
+  check_key_chars(k, "the environment variable " + env_name + " (--api-key-env)");
+  return k;
 }
 
 void validate_endpoint(const EndpointSpec& s) {
@@ -95,8 +108,10 @@ void validate_endpoint(const EndpointSpec& s) {
     throw UsageError("--api '" + s.api + "' is not known; use chat or completions");
   if (s.api_model.empty())
     throw UsageError(who + ": no model name; pass --api-model NAME (Azure: the deployment name)");
-  if (!(s.connect_timeout_s > 0) || !(s.read_timeout_s > 0) || !(s.total_timeout_s > 0))
-    throw UsageError(who + ": timeouts must be > 0 seconds; check --connect-timeout / --read-timeout");
+  if (!(s.connect_timeout_s > 0) || !(s.read_timeout_s > 0) || !(s.total_timeout_s > 0) ||
+      !(s.total_timeout_s <= 86400))
+    throw UsageError(who + ": --timeout must be > 0 and at most 86400 seconds");
+  if (s.max_response_bytes < 1024) throw UsageError(who + ": the response size cap must be at least 1024 bytes");
   if (s.max_retries < 0 || s.max_retries > 100)
     throw UsageError(who + ": --max-retries must be in 0..100");
   if (!s.ca_cert.empty()) {
@@ -141,6 +156,8 @@ nlohmann::json RemoteStats::to_json() const {
 // ---------------------------------------------------------------- engine
 
 struct Job {
+  size_t max_body = 64u << 20;  // spec.max_response_bytes
+  std::string secret;           // spec.api_key: scrubbed from response text before it is parsed or cut
   RequestParams params;
   HttpRequestSpec req;
   RemoteClient::Callback done;
@@ -159,6 +176,7 @@ struct Transfer {
   std::vector<std::string> events;
   double t0 = 0, t_first_token = -1, last_activity = 0;
   double retry_after = -1;
+  size_t received = 0;  // body bytes so far, streamed or not (bounded by spec.max_response_bytes)
   bool timed_out = false, too_big = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
 };
@@ -207,16 +225,18 @@ struct RemoteClient::Impl {
       curl_easy_getinfo(t->easy, CURLINFO_CONTENT_TYPE, &ct);
       t->sse_mode = t->status == 200 && ct && strncasecmp(ct, "text/event-stream", 17) == 0;
     }
+    // One cap for every response, streamed or not: an endless stream ends here too.
+    if (t->received + len > t->job->max_body) {
+      t->too_big = true;
+      return 0;  // aborts the transfer with CURLE_WRITE_ERROR
+    }
+    t->received += len;
     if (t->sse_mode) {
       t->sse.feed(std::string_view(p, len), t->events);
       for (auto& e : t->events)
-        if (t->acc.add_event(e) && t->t_first_token < 0) t->t_first_token = now;
+        if (t->acc.add_event(scrub_secret(std::move(e), t->job->secret)) && t->t_first_token < 0) t->t_first_token = now;
       t->events.clear();
       return len;
-    }
-    if (t->body.size() + len > kMaxBody) {
-      t->too_big = true;
-      return 0;  // aborts the transfer with CURLE_WRITE_ERROR
     }
     t->body.append(p, len);
     return len;
@@ -316,7 +336,9 @@ struct RemoteClient::Impl {
           detail += "; check --ca-cert";
           return FailCause::tls;
         case CURLE_WRITE_ERROR:
-          if (t->too_big) detail = "response larger than " + std::to_string(kMaxBody >> 20) + " MiB";
+          if (t->too_big)
+            detail = "response larger than " + std::to_string(spec().max_response_bytes) +
+                     " bytes (streamed or not); the server sent too much or never ended its stream";
           return FailCause::other;
         default: return FailCause::other;
       }
@@ -326,7 +348,8 @@ struct RemoteClient::Impl {
     t->status = status;
     if (status < 200 || status >= 300) {
       detail = "HTTP " + std::to_string(status);
-      std::string m = error_message_from_body(t->body);
+      // Redact first, then cut: a key near the cut must not leak in part.
+      std::string m = error_message_from_body(scrub_secret(t->body, spec().api_key));
       if (!m.empty()) detail += ": " + m;
       if (status == 429) return FailCause::http_429;
       if (status >= 500) return FailCause::http_5xx;
@@ -341,7 +364,7 @@ struct RemoteClient::Impl {
       t->acc.finish();
       pr = std::move(t->acc.result());
     } else {
-      pr = parse_response_json(t->body, spec().api == "chat");
+      pr = parse_response_json(scrub_secret(t->body, spec().api_key), spec().api == "chat");
     }
     detail = pr.error;
     return pr.cause;
@@ -475,6 +498,8 @@ void RemoteClient::submit(const RequestParams& params, Callback done) {
   auto j = std::make_unique<Job>();
   j->params = params;
   j->req = build_request(spec_, params);
+  j->max_body = spec_.max_response_bytes;
+  j->secret = spec_.api_key;
   j->done = std::move(done);
   impl_->ready.push_back(std::move(j));
 }

@@ -39,7 +39,8 @@ struct EndpointSpec {
   std::string ca_cert;             // PEM bundle for TLS verification (verification is always on)
   double connect_timeout_s = 10;
   double read_timeout_s = 120;     // no byte received for this long -> timeout (checked in the loop)
-  double total_timeout_s = 900;    // one attempt, end to end
+  double total_timeout_s = 120;    // one attempt, end to end, however the bytes trickle (--timeout)
+  size_t max_response_bytes = 64u << 20;  // one response, streamed or not; more is an error
   int max_retries = 3;             // retries after the first attempt
   double backoff_base_s = 0.5;     // delay before retry k (k=1..): base*2^(k-1), jittered into [d/2, d]
   double backoff_max_s = 30;
@@ -51,7 +52,9 @@ struct EndpointSpec {
 // "--endpoint" value: "label=URL" or bare "URL" (label = URL). Throws UsageError on a bad URL.
 EndpointSpec parse_endpoint_arg(const std::string& arg);
 
-// URL with any user:password@ removed (for reports and logs).
+// URL with any user:password@ and the values of secret-looking query parameters (api_key, key,
+// token, access_token, sig, signature, password, secret, ...) replaced by [REDACTED] (for every
+// output: reports, logs, errors, labels).
 std::string redact_url(const std::string& url);
 // `s` with every occurrence of `secret` replaced by "[REDACTED]" (no-op for an empty secret).
 std::string scrub_secret(std::string s, const std::string& secret);

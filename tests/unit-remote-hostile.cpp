@@ -1,0 +1,171 @@
+// ctest-labels: unit remote
+// The remote client against hostile servers on loopback (tests/fault_server.hpp): endless streams,
+// servers that drip bytes, keys echoed near the cut of an error message, keys that would inject
+// headers, and credentials in endpoint URLs.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "fault_server.hpp"
+#include "repro/common/error.hpp"
+#include "repro/audit/remote_probe.hpp"
+#include "repro/remote/client.hpp"
+#include "test_util.hpp"
+
+using namespace repro;
+using test::Fault;
+using test::FaultServer;
+namespace fs = std::filesystem;
+
+namespace {
+
+EndpointSpec spec_for(const FaultServer& s, bool stream) {
+  EndpointSpec e = parse_endpoint_arg("hostile=" + s.url());
+  e.api_model = "fault-model";
+  e.api = "completions";
+  e.stream = stream;
+  e.max_retries = 0;
+  e.backoff_base_s = 0.01;
+  return e;
+}
+
+RemoteProbe probe_of(const std::string& prompt) {
+  RemoteProbe p;
+  p.prompt_id = "q";
+  p.prompt = prompt;
+  p.decoding.id = "greedy";
+  p.decoding.max_tokens = 6;
+  return p;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string slurp_dir(const fs::path& dir) {
+  std::string all;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) {
+      std::ifstream in(e.path(), std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      all += ss.str();
+    }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("an endless SSE stream ends at the response size cap, not in memory exhaustion") {
+  FaultServer srv;
+  srv.set_default(Fault::endless);
+  auto spec = spec_for(srv, true);
+  spec.max_response_bytes = 1 << 20;
+  spec.total_timeout_s = 8;
+  const double t0 = now_s();
+  auto out = run_remote_probe(spec, probe_of("x"), 1, 1, nullptr, nullptr);
+  REQUIRE(out.size() == 1);
+  CAPTURE(out[0].error);
+  CHECK(out[0].error.find("response larger than 1048576 bytes") != std::string::npos);
+  CHECK(now_s() - t0 < 5);
+}
+
+TEST_CASE("a server dripping one byte every 0.5 s is bounded by the total per-attempt deadline") {
+  FaultServer srv;
+  srv.set_default(Fault::drip);
+  auto spec = spec_for(srv, false);
+  spec.total_timeout_s = 1.5;
+  spec.read_timeout_s = 1.5;
+  double t0 = now_s();
+  auto out = run_remote_probe(spec, probe_of("x"), 1, 1, nullptr, nullptr);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error.rfind("timeout:", 0) == 0);
+  CHECK(now_s() - t0 < 3.5);
+
+  // The CLI: --timeout is that total deadline (it used to bound only silence).
+  auto dir = test::scratch_dir("remote-drip");
+  t0 = now_s();
+  auto r = test::run_cli("run --endpoint drip=" + srv.url() +
+                         " --api-model m --api completions --timeout 1.5 --max-retries 0 --concurrency 1 -n 1 "
+                         "--no-cache-probe --prompt hello --max-tokens 4 -q --out '" +
+                         dir.string() + "'");
+  CAPTURE(r.output);
+  CHECK(now_s() - t0 < 15);
+  std::string files = slurp_dir(dir);
+  CHECK(files.find("timeout: curl: Operation timed out") != std::string::npos);
+}
+
+TEST_CASE("an error body echoing the key across the 200-character cut leaks no part of it") {
+  const std::string key = "sk-LEAKTEST-0123456789abcdef";
+  test::FaultServerOptions o;
+  o.echo_auth_in_errors = true;
+  // The message is pad + "Invalid parameter" + " (received authorization 'Bearer " + key: the key
+  // starts at character 195 of it, so a cut at 200 before redaction would keep "sk-LE".
+  o.error_pad = 145;
+  FaultServer srv(o);
+  srv.set_default(Fault::http400);
+  auto spec = spec_for(srv, false);
+  spec.api_key = key;
+  auto out = run_remote_probe(spec, probe_of("x"), 1, 1, nullptr, nullptr);
+  REQUIRE(out.size() == 1);
+  CAPTURE(out[0].error);
+  CHECK(out[0].error.find("HTTP 400") != std::string::npos);
+  CHECK(out[0].error.find("sk-LE") == std::string::npos);
+  CHECK(out[0].error.find("[REDA") != std::string::npos);
+}
+
+TEST_CASE("API keys with control characters are refused (they would inject HTTP headers)") {
+  auto dir = test::scratch_dir("remote-keyfile");
+  auto write = [&](const std::string& name, const std::string& content) {
+    std::ofstream(dir / name, std::ios::binary) << content;
+    return (dir / name).string();
+  };
+  CHECK(load_api_key("", write("ok", "sk-good-key\n")) == "sk-good-key");  // a trailing newline is trimmed
+  for (const std::string bad : {"sk-abc\r\nX-Evil: 1\n", "sk-abc\nX-Evil: 1", "sk-a\x01" "bc", "sk-a\x7f"}) {
+    std::string path = write("bad", bad);
+    try {
+      load_api_key("", path);
+      FAIL("accepted a key with a control character");
+    } catch (const UsageError& e) {
+      std::string m = e.what();
+      CHECK(m.find("control character") != std::string::npos);
+      CHECK(m.find(path) != std::string::npos);
+      CHECK(m.find("sk-a") == std::string::npos);
+    }
+  }
+  ::setenv("REPRO_TEST_BAD_KEY", "sk-abc\r\nX-Evil: 1 x", 1);
+  CHECK_THROWS_WITH_AS(load_api_key("REPRO_TEST_BAD_KEY", ""),
+                       doctest::Contains("REPRO_TEST_BAD_KEY (--api-key-env) contains a control character"),
+                       UsageError);
+  ::unsetenv("REPRO_TEST_BAD_KEY");
+  // Through the CLI: exit 2.
+  auto r = test::run_cli("run --endpoint http://127.0.0.1:9/v1 --api-model m --api-key-file '" + write("bad2", "k\r\nX: y") +
+                         "' -q --out '" + (dir / "out").string() + "'");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("control character") != std::string::npos);
+}
+
+TEST_CASE("credentials in endpoint URLs are redacted in every output") {
+  CHECK(redact_url("https://api.x.com/v1?api_key=SECRET1&model=m") == "https://api.x.com/v1?api_key=[REDACTED]&model=m");
+  CHECK(redact_url("https://u:p@h/v1?x=1&token=T&Sig=S#access_token=A") ==
+        "https://[REDACTED]@h/v1?x=1&token=[REDACTED]&Sig=[REDACTED]#access_token=[REDACTED]");
+  CHECK(redact_url("http://h/v1?my_api_key=K&keyboard=1") == "http://h/v1?my_api_key=[REDACTED]&keyboard=1");
+  CHECK(redact_url("http://h:8000/v1") == "http://h:8000/v1");
+
+  FaultServer srv;
+  srv.set_default(Fault::http500);
+  auto dir = test::scratch_dir("remote-url-secret");
+  const std::string secret = "QSECRET77", secret2 = "PWSECRET88";
+  auto r = test::run_cli("run --endpoint '" + srv.url() + "/v1?api_key=" + secret + "&x=1' --endpoint 'b=http://u:" +
+                         secret2 + "@127.0.0.1:" + std::to_string(srv.port()) +
+                         "/v1' --api-model m --max-retries 0 --concurrency 1 -n 1 --no-cache-probe --prompt hi "
+                         "--max-tokens 2 --verbose --out '" + dir.string() + "'");
+  CAPTURE(r.output);
+  CHECK(r.output.find("api_key=[REDACTED]") != std::string::npos);
+  CHECK(r.output.find(secret) == std::string::npos);
+  CHECK(r.output.find(secret2) == std::string::npos);
+  std::string files = slurp_dir(dir);
+  CHECK(files.find(secret) == std::string::npos);
+  CHECK(files.find(secret2) == std::string::npos);
+}
