@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/threadpool.hpp"
 #include "repro/common/util.hpp"
 #include "repro/audit/builtin_profiles.hpp"
 #include "repro/audit/plan_options.hpp"
@@ -128,9 +130,14 @@ void apply_profile(const ProfileSource& src, PlanOptions& o) {
 }
 
 nlohmann::json plan_to_json(const PlanOptions& o) {
-  nlohmann::json prompts = nlohmann::json::array();
-  for (const auto& p : o.prompts) prompts.push_back(p.id);
+  nlohmann::json prompts = nlohmann::json::array(), messages = nlohmann::json::object();
+  for (const auto& p : o.prompts) {
+    prompts.push_back(p.id);
+    // Chat prompts keep their messages, so a resumed run sends them as they were, not flattened.
+    if (p.messages.is_array() && !p.messages.empty()) messages[p.id] = p.messages;
+  }
   nlohmann::json j = {{"profile", o.profile}, {"prompt_ids", prompts}};
+  if (!messages.empty()) j["prompt_messages"] = messages;
   for (const auto& opt : plan_options()) {
     nlohmann::json* cur = &j;
     for (const auto& part : split(opt.report_key, '.')) cur = &(*cur)[part];
@@ -166,9 +173,21 @@ PlanOptions plan_from_report(const AuditReport& r) {
     if (it == r.prompts.end())
       throw UsageError("cannot resume: the report lacks the text of prompt '" + id.get<std::string>() +
                        "'; start a new run instead");
-    o.prompts.push_back(Prompt{it->first, it->second, nullptr});
+    nlohmann::json messages;
+    if (const nlohmann::json* pm = at_key(j, "prompt_messages"); pm && pm->is_object() && pm->contains(it->first))
+      messages = pm->at(it->first);
+    o.prompts.push_back(Prompt{it->first, it->second, messages});
   }
   return o;
+}
+
+// A numeric --positions entry: a non-negative integer below 1,000,000 (no batch is larger).
+static int parse_position(const std::string& p) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+  if (ec != std::errc() || end != p.data() + p.size() || v < 0 || v >= 1000000)
+    throw UsageError("--positions: '" + p + "' is not first, middle, last or an integer from 0 to 999999");
+  return v;
 }
 
 void validate_plan(const PlanOptions& o, int context_length) {
@@ -177,6 +196,9 @@ void validate_plan(const PlanOptions& o, int context_length) {
   // Every option's range, whatever set it (a flag, a profile, a resumed report, code).
   for (const auto& opt : plan_options())
     check_plan_value(opt, opt.get(o), *opt.flag ? opt.flag_name() : "profile key \"" + std::string(opt.profile_key) + "\"");
+  check_threads(o.threads);  // and at most 4 x the cores of this machine
+  for (const auto& p : o.positions)
+    if (p != "first" && p != "middle" && p != "last") parse_position(p);
   if (context_length > 0) {
     int max_batch = *std::max_element(o.batch_sizes.begin(), o.batch_sizes.end());
     if (max_batch > 1024)
@@ -294,7 +316,7 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
   for (int b : sizes) {
     std::set<int> positions;
     for (const auto& p : o.positions) {
-      int pos = p == "first" ? 0 : p == "last" ? b - 1 : p == "middle" ? b / 2 : std::stoi(p);
+      int pos = p == "first" ? 0 : p == "last" ? b - 1 : p == "middle" ? b / 2 : parse_position(p);
       if (pos < b) positions.insert(pos);
     }
     if (positions.empty()) positions.insert(0);

@@ -1,7 +1,9 @@
 // Builds the CLI from the subcommand table and maps errors to exit codes.
 #include <fmt/core.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -17,7 +19,8 @@ void build_app(CLI::App& app, Runner& runner) {
       "repro-audit " REPRO_VERSION ": audit whether LLM inference is reproducible.\n"
       "Replays prompts while varying batch composition and seeds, hashes outputs, clusters\n"
       "divergent completions and reports the throughput cost of determinism.\n"
-      "Exit status: 0 reproducible, 1 divergent, 2 usage/bad input, 3 backend failure, 130 interrupted.");
+      "Exit status: 0 reproducible, 1 divergent, 2 usage/bad input, 3 backend failure, 130 interrupted,\n"
+      "143 terminated (SIGTERM).");
   app.set_version_flag("--version", std::string("repro-audit ") + tool_version() + " (" + tool_commit() + ")");
   app.require_subcommand(0, 1);
   for (const auto& sc : kSubcommands) sc.setup(app, runner);
@@ -50,6 +53,23 @@ std::string suggestion(CLI::App& app, const std::string& message) {
   return {};
 }
 
+
+// The one place errors are printed: one line, with bytes that are not printable escaped (a message
+// may quote a corrupt file).
+int fail(int code, const std::string& msg, const char* suffix = "") {
+  std::fprintf(stderr, "error: %s%s\n", printable(msg).c_str(), suffix);
+  return code;
+}
+
+// Output that could not be written (a full disk, a closed pipe) is a failure, not success.
+int check_stdout(int code) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    int e = errno;
+    return fail(kExitBackend, std::string("cannot write to standard output: ") + std::strerror(e) +
+                                  "; check the disk or the pipe it goes to");
+  }
+  return code;
+}
 }  // namespace
 
 int main_entry(int argc, char** argv) {
@@ -65,12 +85,10 @@ int main_entry(int argc, char** argv) {
     build_app(app, runner);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "error: %s%s (see 'repro-audit --help')\n", e.what(), suggestion(app, e.what()).c_str());
-    return kExitUsage;
+    if (e.get_exit_code() == 0) return check_stdout(app.exit(e));  // --help, --version
+    return fail(kExitUsage, e.what(), (suggestion(app, e.what()) + " (see 'repro-audit --help')").c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitUsage;
+    return fail(kExitUsage, e.what());
   }
   if (!runner) {
     // No subcommand: `repro-audit` alone runs the default audit, like `repro-audit run`.
@@ -80,19 +98,15 @@ int main_entry(int argc, char** argv) {
     return main_entry(2, args);
   }
   try {
-    return runner();
+    return check_stdout(runner());
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitUsage;
+    return fail(kExitUsage, e.what());
   } catch (const BackendError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBackend;
+    return fail(kExitBackend, e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory (try a smaller model, batch size or --max-tokens)\n");
-    return kExitBackend;
+    return fail(kExitBackend, "out of memory (try a smaller model, batch size or --max-tokens)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBackend;
+    return fail(kExitBackend, e.what());
   }
 }
 

@@ -27,9 +27,12 @@ namespace repro::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) {
+volatile std::sig_atomic_t g_signal = 0;
+// SIGINT and SIGTERM: stop after what is in flight, write what finished, exit 130 / 143.
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
   g_stop = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends at once
+  std::signal(sig, SIG_DFL);  // a second signal ends at once
 }
 
 struct RunOptions {
@@ -195,7 +198,9 @@ int run_run(const RunOptions& o) {
 
   // ---- replay ----
   g_stop = false;
-  auto old = std::signal(SIGINT, on_sigint);
+  g_signal = 0;
+  auto old = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
   RunControl ctl;
   ctl.device = device;
   ctl.precision = precision;
@@ -210,6 +215,7 @@ int run_run(const RunOptions& o) {
       run_local(plan, *model, report, ctl);
   } catch (...) {
     std::signal(SIGINT, old);
+    std::signal(SIGTERM, old_term);
     if (!report.completions.empty() && !checkpoint.empty()) {  // never lose finished work
       write_file_atomic(checkpoint, to_json(report));
       std::fprintf(stderr, "note: %zu finished completions kept in %s (continue with --resume %s)\n",
@@ -218,6 +224,7 @@ int run_run(const RunOptions& o) {
     throw;
   }
   std::signal(SIGINT, old);
+  std::signal(SIGTERM, old_term);
   report.summary.interrupted = g_stop.load();
 
   // ---- analyse, compare with the baseline, write, gate ----
@@ -251,9 +258,10 @@ int run_run(const RunOptions& o) {
   int code = exit_code_for(report);
   if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());
   if (report.summary.interrupted) {
-    std::fprintf(stderr, "interrupted: %zu completions analysed and written; continue with --resume %s\n",
-                 report.completions.size(), out_dir.c_str());
-    code = kExitInterrupted;
+    const bool term = g_signal == SIGTERM;
+    std::fprintf(stderr, "interrupted%s: %zu completions analysed and written; continue with --resume %s\n",
+                 term ? " (SIGTERM)" : "", report.completions.size(), out_dir.c_str());
+    code = term ? kExitTerminated : kExitInterrupted;
   }
   return code;
 }

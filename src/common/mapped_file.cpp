@@ -10,11 +10,13 @@
 #include <cstring>
 
 #include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check_regular_file(path, "model file", uint64_t{1} << 40);  // a FIFO or device is refused, never opened
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     throw UsageError("cannot open model file '" + path + "': " + std::strerror(errno) +
                      "; check the path and its permissions");

@@ -1,8 +1,26 @@
 #include "repro/common/threadpool.hpp"
 
+#include <algorithm>
+#include <string>
+
+#include "repro/common/error.hpp"
+
 namespace repro {
 
+int max_threads() {
+  unsigned hc = std::thread::hardware_concurrency();
+  return std::max(16, 4 * static_cast<int>(hc == 0 ? 1 : hc));
+}
+
+void check_threads(int n) {
+  if (n < 1 || n > max_threads())
+    throw UsageError("--threads " + std::to_string(n) + " is outside 1.." + std::to_string(max_threads()) +
+                     " (at most 4 x the " + std::to_string(std::thread::hardware_concurrency()) +
+                     " cores of this machine, or 16); give a smaller --threads");
+}
+
 ThreadPool::ThreadPool(int threads) : n_threads_(threads < 1 ? 1 : threads) {
+  check_threads(n_threads_);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 

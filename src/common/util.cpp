@@ -1,6 +1,7 @@
 #include "repro/common/util.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -67,28 +68,88 @@ std::string fmt_error_open(const std::string& path, const char* what) {
          "; check the path and its permissions";
 }
 
-std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw UsageError(std::string("cannot read ") + what + " '" + path + "': it is a directory; give a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt_error_open(path, what));
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw UsageError(std::string("cannot read ") + what + " '" + path + "': I/O error");
+uint64_t check_regular_file(const std::string& path, const char* what, uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw UsageError(fmt_error_open(path, what));
+  const std::string who = std::string(what) + " '" + path + "'";
+  if (S_ISDIR(st.st_mode)) throw UsageError("cannot read " + who + ": it is a directory; give a file");
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISFIFO(st.st_mode)                     ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode)                     ? "a socket"
+                                                                  : "not a regular file";
+    throw UsageError("cannot read " + who + ": it is " + std::string(kind) +
+                     ", not a regular file; give a regular file (copy the data into one first)");
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes)
+    throw UsageError("cannot read " + who + ": it is " + std::to_string(size) + " bytes, over the limit of " +
+                     std::to_string(max_bytes) + " bytes for a " + what + "; give a smaller file");
+  return size;
+}
+
+std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
+  check_regular_file(path, what, max_bytes);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw UsageError(fmt_error_open(path, what));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // replaced between stat and open
+    ::close(fd);
+    throw UsageError(std::string("cannot read ") + what + " '" + path + "': not a regular file; give a regular file");
+  }
+  std::string s;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw UsageError(std::string("cannot read ") + what + " '" + path + "': " + std::strerror(e) +
+                       "; check the file and the disk");
+    }
+    if (n == 0) break;
+    if (s.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      throw UsageError(std::string("cannot read ") + what + " '" + path + "': it grew over the limit of " +
+                       std::to_string(max_bytes) + " bytes while it was read; give a smaller file");
+    }
+    s.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
   return s;
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {
   if (path == "-") {
-    std::fwrite(data.data(), 1, data.size(), stdout);
-    std::fflush(stdout);
+    size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
+    if (w != data.size() || std::fflush(stdout) != 0)
+      throw BackendError(std::string("cannot write to standard output: ") + std::strerror(errno) +
+                         "; check the disk or the pipe it goes to");
     return;
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Replace only a regular file: never a symlink (it would be replaced by a file, or followed to
+  // somewhere else), a device node, a FIFO or a directory.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const char* kind = S_ISLNK(st.st_mode)                        ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)                      ? "a directory"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISFIFO(st.st_mode)                     ? "a FIFO (named pipe)"
+                                                                  : "not a regular file";
+    throw UsageError("refusing to write '" + path + "': it is " + kind +
+                     ", and only regular files are replaced; give another path, or '-' for standard output");
+  }
+  std::filesystem::path p(path);
+  std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  std::string tmpl = dir + "/." + p.filename().string() + ".tmp.XXXXXX";
+  std::vector<char> tmp(tmpl.begin(), tmpl.end());
+  tmp.push_back('\0');
+  int fd = ::mkstemp(tmp.data());  // O_EXCL: never follows or reuses anything already there
   if (fd < 0)
     throw UsageError("cannot write '" + path + "': " + std::strerror(errno) +
                      "; check that its directory exists and is writable");
+  ::fchmod(fd, 0644);
   size_t off = 0;
   while (off < data.size()) {
     ssize_t w = ::write(fd, data.data() + off, data.size() - off);
@@ -96,18 +157,60 @@ void write_file_atomic(const std::string& path, std::string_view data) {
       if (errno == EINTR) continue;
       int e = errno;
       ::close(fd);
-      ::unlink(tmp.c_str());
+      ::unlink(tmp.data());
       throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
     }
     off += static_cast<size_t>(w);
   }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int e = errno;
-    ::unlink(tmp.c_str());
+    ::unlink(tmp.data());
+    throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
+  }
+  if (::rename(tmp.data(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.data());
     throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; check the directory permissions");
   }
+}
+
+std::string printable(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto esc = [&](unsigned char c) {
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) esc(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A valid UTF-8 sequence is kept whole (no overlong forms, no surrogates, at most U+10FFFF).
+    size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    uint32_t cp = n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (size_t k = 1; ok && k < n; ++k) {
+      auto d = static_cast<unsigned char>(s[i + k]);
+      ok = (d & 0xC0) == 0x80;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    if (ok) ok = (n == 2 && cp >= 0x80) || (n == 3 && cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) ||
+                 (n == 4 && cp >= 0x10000 && cp <= 0x10FFFF);
+    if (ok) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      esc(c);
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> split(std::string_view s, char sep) {

@@ -18,6 +18,7 @@
 #include "repro/common/error.hpp"
 #include "repro/model/dtype.hpp"
 #include "repro/common/quant.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro::gguf {
 

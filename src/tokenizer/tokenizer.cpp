@@ -111,12 +111,8 @@ TokenizerData read_llama2c_tokenizer(const std::string& path, int vocab_size) {
   if (vocab_size <= 0)
     throw UsageError(what + ": the model's vocab_size is " + std::to_string(vocab_size) +
                      "; it must be positive (is the checkpoint corrupt?)");
-  std::error_code ec;
-  const auto fsize = std::filesystem::file_size(path, ec);
-  if (ec) throw UsageError(fmt_error_open(path, "llama2.c tokenizer file"));
-  constexpr uintmax_t kMaxSize = uintmax_t{1} << 30;
-  if (fsize > kMaxSize)
-    throw UsageError(what + ": " + std::to_string(fsize) + " bytes is too large for a tokenizer file (1 GiB max)");
+  // A regular file of at most 1 GiB (a device such as /dev/null, a FIFO or a directory is refused).
+  const uintmax_t fsize = check_regular_file(path, "llama2.c tokenizer file", uint64_t{1} << 30);
   // Every record needs at least 8 bytes (score + length): reject before allocating.
   if (4 + 8 * static_cast<uintmax_t>(vocab_size) > fsize)
     throw UsageError(what + ": " + std::to_string(fsize) + " bytes cannot hold " + std::to_string(vocab_size) +

@@ -11,7 +11,8 @@ enum ExitCode : int {
   kExitDivergent = 1,    // divergence over threshold (or drift, for `diff`)
   kExitUsage = 2,        // usage error or bad input
   kExitBackend = 3,      // backend failure (engine, endpoint)
-  kExitInterrupted = 130 // Ctrl-C; what was finished is still written
+  kExitInterrupted = 130, // Ctrl-C (SIGINT); what was finished is still written
+  kExitTerminated = 143   // SIGTERM, handled like SIGINT
 };
 
 // Bad input: a flag, a file, a profile. Exit 2.

@@ -9,9 +9,15 @@
 
 namespace repro {
 
+// Most threads a pool may start: 4 x the cores of this machine, at least 16. More only adds
+// switching; a typo such as --threads 100000 must not start 100000 threads.
+int max_threads();
+// Throws UsageError naming --threads and the limit when n is outside 1..max_threads().
+void check_threads(int n);
+
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  explicit ThreadPool(int threads);  // check_threads(threads) first
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -17,12 +17,24 @@ std::string sha256_file(const std::string& path);
 // "cannot open <what> 'path': <strerror>; check the path and its permissions" (uses errno).
 std::string fmt_error_open(const std::string& path, const char* what = "file");
 
-// Whole file into memory; throws UsageError("<what> 'path': <reason>") when unreadable.
-std::string read_file(const std::string& path, const char* what = "file");
+// Size of `path` when it names a regular file (symlinks followed) of at most max_bytes; else throws
+// UsageError naming the file, what it is (directory, device, FIFO, socket; too large) and the fix.
+// Never blocks (a FIFO is refused, not opened).
+uint64_t check_regular_file(const std::string& path, const char* what, uint64_t max_bytes);
 
-// Atomic write: write to path.tmp.<pid> in the same directory, fsync, rename over path.
-// `path == "-"` writes to stdout. Throws UsageError naming the path and the fix.
+// Whole file into memory (regular files of at most max_bytes only, see check_regular_file);
+// throws UsageError("<what> 'path': <reason>") when unreadable.
+std::string read_file(const std::string& path, const char* what = "file", uint64_t max_bytes = uint64_t{1} << 30);
+
+// Atomic write: write to a fresh temporary file in the same directory, fsync, rename over path.
+// Only a regular file (or nothing) is ever replaced: a symlink, device, FIFO or directory at
+// `path` is refused (UsageError). `path == "-"` writes to stdout; a failed write there throws
+// BackendError (exit 3). Throws UsageError naming the path and the fix.
 void write_file_atomic(const std::string& path, std::string_view data);
+
+// `s` with bytes that are not printable escaped as \xNN (control characters, DEL, invalid UTF-8);
+// valid UTF-8 text is kept. For error messages that quote file contents.
+std::string printable(std::string_view s);
 
 std::vector<std::string> split(std::string_view s, char sep);
 std::string trim(std::string_view s);

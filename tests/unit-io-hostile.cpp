@@ -1,0 +1,194 @@
+// Hostile inputs and outputs through the real binary and the file helpers: device nodes, FIFOs and
+// huge numbers as inputs; symlinks, devices and full disks as outputs; control bytes in errors;
+// SIGTERM during a run; chat messages kept across --resume.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "repro/audit/plan.hpp"
+#include "repro/audit/runner.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/report/report.hpp"
+#include "test_util.hpp"
+
+using namespace repro;
+namespace fs = std::filesystem;
+
+namespace {
+std::string env(const fs::path& dir) { return "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' "; }
+std::string cli(const fs::path& dir, const std::string& args) { return env(dir) + "'" + test::binary() + "' " + args; }
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+// One `error:` line, exit 2, naming `names` and free of raw control bytes.
+void check_usage_error(const test::CmdResult& r, const std::string& names, const std::string& says) {
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.rfind("error: ", 0) == 0);
+  CHECK(r.output.find(names) != std::string::npos);
+  CHECK(r.output.find(says) != std::string::npos);
+  CHECK(r.output.find("Success") == std::string::npos);
+  CHECK(r.output.find("stoi") == std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("inputs: regular files only, bounded, never blocking; numbers in range; messages name the file") {
+  auto dir = test::scratch_dir("io-inputs");
+  check_usage_error(test::run_shell(cli(dir, "run -q --prompts /dev/zero --out '" + (dir / "o").string() + "'")),
+                    "prompts file '/dev/zero'", "a device, not a regular file");
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  check_usage_error(test::run_shell(env(dir) + "timeout 20 '" + test::binary() + "' " + "model info '" + fifo + "'"),
+                    "model file '" + fifo + "'", "a FIFO (named pipe)");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  check_usage_error(test::run_shell(cli(dir, "run -q --positions 99999999999 --out '" + (dir / "o").string() + "'")),
+                    "--positions: '99999999999'", "integer from 0 to 999999");
+  check_usage_error(test::run_shell(cli(dir, "run -q --threads 100000 --out '" + (dir / "o").string() + "'")),
+                    "--threads 100000", "is outside 1..");
+  check_usage_error(test::run_shell(cli(dir, "generate --threads 100000 --max-tokens 1")), "--threads 100000",
+                    "cores of this machine");
+  auto models = test::shared_models();
+  if (!models.empty())
+    check_usage_error(test::run_shell(cli(dir, "model info '" + (models / "stories260K.bin").string() +
+                                                   "' --tokenizer /dev/null")),
+                      "tokenizer file '/dev/null'", "a device");
+  // A file name with control bytes is quoted escaped, never raw.
+  auto r = test::run_shell(cli(dir, "run -q --prompts \"$(printf 'bad\\001\\033[2Jname.txt')\" --out '" +
+                                        (dir / "o").string() + "'"));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("bad\\x01\\x1b[2Jname.txt") != std::string::npos);
+  CHECK(r.output.find('\x01') == std::string::npos);
+  CHECK(r.output.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("a corrupt GGUF's error quotes its bytes escaped") {
+  auto dir = test::scratch_dir("io-gguf");
+  // Header, one KV whose key holds control bytes, and a value type that does not exist.
+  std::string g = "GGUF";
+  auto u32 = [&](uint32_t v) { g.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { g.append(reinterpret_cast<const char*>(&v), 8); };
+  u32(3);
+  u64(0);
+  u64(1);
+  const std::string key = "general.\x01\x1b[31mevil\x07";
+  u64(key.size());
+  g += key;
+  u32(99);
+  g += std::string(32, '\0');
+  std::ofstream(dir / "bad.gguf", std::ios::binary) << g;
+  auto r = test::run_shell(cli(dir, "model info '" + (dir / "bad.gguf").string() + "'"));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.rfind("error: ", 0) == 0);
+  CHECK(r.output.find("bad.gguf") != std::string::npos);
+  for (char c : r.output.substr(0, r.output.size() - 1)) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
+  CHECK(r.output.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("printable() escapes control bytes and invalid UTF-8, keeps valid UTF-8") {
+  CHECK(printable("ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  CHECK(printable(std::string("a\x01" "b\x7f\n", 5)) == "a\\x01b\\x7f\\x0a");
+  CHECK(printable("\xff\xc3") == "\\xff\\xc3");
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");          // overlong
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // surrogate
+}
+
+TEST_CASE("report writes replace regular files only; '-' writes through; stdout write errors exit 3") {
+  auto dir = test::scratch_dir("io-outputs");
+  const fs::path target = dir / "target.txt", link = dir / "link.json";
+  std::ofstream(target) << "keep me";
+  fs::create_symlink(target, link);
+  CHECK_THROWS_WITH_AS(write_file_atomic(link.string(), "x"), doctest::Contains("it is a symbolic link"), UsageError);
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(target) == "keep me");
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(write_file_atomic(fifo, "x"), doctest::Contains("a FIFO"), UsageError);
+  CHECK_THROWS_WITH_AS(write_file_atomic("/dev/null", "x"), doctest::Contains("'/dev/null': it is a device"), UsageError);
+  CHECK_THROWS_WITH_AS(write_file_atomic(dir.string(), "x"), doctest::Contains("a directory"), UsageError);
+  write_file_atomic((dir / "plain.json").string(), "new");
+  write_file_atomic((dir / "plain.json").string(), "newer");
+  CHECK(slurp(dir / "plain.json") == "newer");
+  for (const auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);  // no temporary left behind
+
+  // Through the binary: a report to a device is refused, to '-' written through, and a full
+  // standard output is an error (exit 3), for every command that prints.
+  auto run = test::run_shell(cli(dir, "run -q -n 1 --batch-sizes 1 --max-tokens 2 --format json --out '" +
+                                          (dir / "rep").string() + "'"));
+  REQUIRE(run.code == 0);
+  const std::string rep = (dir / "rep" / "report.json").string();
+  REQUIRE(test::run_shell(cli(dir, "model synth --out '" + (dir / "m.gguf").string() + "'")).code == 0);
+  auto dev = test::run_shell(cli(dir, "report '" + rep + "' --format json=/dev/null"));
+  CAPTURE(dev.output);
+  CHECK(dev.code == 2);
+  CHECK(dev.output.find("refusing to write '/dev/null'") != std::string::npos);
+  auto out = test::run_shell(cli(dir, "report '" + rep + "' --format md=-"));
+  CHECK(out.code == 0);
+  CHECK(out.output.find("#") != std::string::npos);
+  for (const std::string& args : {"report '" + rep + "' --format md=-", std::string("generate --max-tokens 2"),
+                                 "model info '" + (dir / "m.gguf").string() + "'", std::string("run -q -n 1 --batch-sizes 1 --max-tokens 2 --out -")}) {
+    auto full = test::run_shell("(" + cli(dir, args) + " > /dev/full)");
+    CAPTURE(args);
+    CAPTURE(full.output);
+    CHECK(full.code == 3);
+    CHECK(full.output.find("cannot write to standard output: No space left on device") != std::string::npos);
+  }
+}
+
+TEST_CASE("run: SIGTERM is handled like Ctrl-C: partial report, exit 143, --resume continues") {
+  auto dir = test::scratch_dir("io-sigterm");
+  auto out = dir / "out";
+  REQUIRE(test::run_shell(cli(dir, "generate --max-tokens 1")).code == 0);
+  std::string args = "run --quiet --repeats 12 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() + "'";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string cmd = env(dir) + "exec '" + test::binary() + "' " + args + " >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  REQUIRE(fs::exists(out / "report.json"));
+  AuditReport partial = load_report((out / "report.json").string());
+  CHECK(partial.summary.interrupted);
+  CHECK(partial.completions.size() > 0);
+}
+
+TEST_CASE("--resume keeps chat messages: a JSONL messages prompt is not flattened into one user message") {
+  auto dir = test::scratch_dir("io-resume-messages");
+  std::ofstream(dir / "p.jsonl")
+      << R"({"id": "c1", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})"
+      << "\n";
+  PlanOptions o;
+  o.prompts = prompts_from_file((dir / "p.jsonl").string());
+  REQUIRE(o.prompts.size() == 1);
+  REQUIRE(o.prompts[0].messages.size() == 2);
+  AuditReport r;
+  r.plan = plan_to_json(o);
+  r.prompts[o.prompts[0].id] = o.prompts[0].text;
+  write_file_atomic((dir / "checkpoint.json").string(), to_json(r));
+  PlanOptions back = plan_from_report(load_report((dir / "checkpoint.json").string()));
+  REQUIRE(back.prompts.size() == 1);
+  CHECK(back.prompts[0].text == o.prompts[0].text);
+  CHECK(back.prompts[0].messages == o.prompts[0].messages);
+}
