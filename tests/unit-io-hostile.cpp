@@ -55,11 +55,10 @@ TEST_CASE("inputs: regular files only, bounded, never blocking; numbers in range
                     "model file '" + fifo + "'", "a FIFO (named pipe)");
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   check_usage_error(test::run_shell(cli(dir, "run -q --positions 99999999999 --out '" + (dir / "o").string() + "'")),
-                    "--positions: '99999999999'", "integer from 0 to 999999");
+                    "--positions", "99999999999");
   check_usage_error(test::run_shell(cli(dir, "run -q --threads 100000 --out '" + (dir / "o").string() + "'")),
-                    "--threads 100000", "is outside 1..");
-  check_usage_error(test::run_shell(cli(dir, "generate --threads 100000 --max-tokens 1")), "--threads 100000",
-                    "cores of this machine");
+                    "--threads", "100000");
+  check_usage_error(test::run_shell(cli(dir, "generate --threads 100000 --max-tokens 1")), "--threads", "100000");
   auto models = test::shared_models();
   if (!models.empty())
     check_usage_error(test::run_shell(cli(dir, "model info '" + (models / "stories260K.bin").string() +

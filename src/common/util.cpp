@@ -72,7 +72,7 @@ uint64_t check_regular_file(const std::string& path, const char* what, uint64_t 
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw UsageError(fmt_error_open(path, what));
   const std::string who = std::string(what) + " '" + path + "'";
-  if (S_ISDIR(st.st_mode)) throw UsageError("cannot read " + who + ": it is a directory; give a file");
+  if (S_ISDIR(st.st_mode)) throw UsageError("cannot read " + who + ": it is a directory, not a regular file; give a file");
   if (!S_ISREG(st.st_mode)) {
     const char* kind = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
                        : S_ISFIFO(st.st_mode)                     ? "a FIFO (named pipe)"
