@@ -8,12 +8,15 @@
 //              (padding lanes see fma(0, 0, acc)).
 //   tree8      the 8 lanes are reduced as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
 //              which is exactly what two _mm256_hadd_ps and one 128-bit add compute.
-//   exp_fixed  Cody-Waite range reduction + degree-5 polynomial with fma, 0 below -87, clamped at 88.
+//   exp_fixed  math::exp (shared with the GPU): Cody-Waite range reduction + degree-5 polynomial
+//              with fma, 0 below -87, clamped at 88.
 #pragma once
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "repro/kernels/elementwise_math.hpp"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -55,36 +58,21 @@ inline float dot_lanes(const float* a, const float* b, int n) {
   return tree8(acc);
 }
 
-constexpr float kExpLo = -87.0f;  // below: 0
-constexpr float kExpHi = 88.0f;   // above: clamped
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;     // ln2 split so that n * kLn2Hi is exact
-constexpr float kLn2Lo = -2.12194440e-4f;  // ln2 - kLn2Hi
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+using math::kExpHi;
+using math::kExpLo;
+using math::kLn2Hi;
+using math::kLn2Lo;
+using math::kLog2e;
+using math::kP0;
+using math::kP1;
+using math::kP2;
+using math::kP3;
+using math::kP4;
+using math::kP5;
 
-// exp(x), the one implementation every attention path uses (about 1 ulp on [-87, 88]).
-inline float exp_fixed(float x) {
-  if (x != x) return x;
-  if (x < kExpLo) return 0.0f;
-  x = kExpHi < x ? kExpHi : x;
-  float n = std::nearbyint(x * kLog2e);
-  float r = std::fma(n, -kLn2Hi, x);
-  r = std::fma(n, -kLn2Lo, r);
-  float p = kP0;
-  p = std::fma(p, r, kP1);
-  p = std::fma(p, r, kP2);
-  p = std::fma(p, r, kP3);
-  p = std::fma(p, r, kP4);
-  p = std::fma(p, r, kP5);
-  float r2 = r * r;
-  float y = std::fma(p, r2, r);
-  y = y + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return y * scale;
-}
+// exp(x), the one implementation every attention path uses: the shared host/device math::exp
+// (include/repro/kernels/elementwise_math.hpp), about 1 ulp on [-87, 88].
+inline float exp_fixed(float x) { return math::exp(x); }
 
 #if REPRO_X86
 // tree8 of one vector, as a scalar.

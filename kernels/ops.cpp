@@ -9,6 +9,9 @@
 #include <utility>
 
 #include "ops_internal.hpp"
+#ifdef REPRO_HAVE_CUDA
+#include "repro/kernels/cuda.hpp"
+#endif
 #include "repro/common/error.hpp"
 
 namespace repro::kernels {
@@ -114,17 +117,31 @@ struct Registered {
   std::unique_ptr<Ops> (*make)(int threads);
 };
 
-// Every table this build has. CUDA tables join here when the CUDA backend has its kernels.
+// Every table this build has (the CUDA tables when it was built with CUDA).
 const Registered kTables[] = {
     {Device::Cpu, Mode::Default, "cpu-default", make_cpu_default},
     {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", make_cpu_invariant},
+#ifdef REPRO_HAVE_CUDA
+    {Device::Cuda, Mode::Default, "cuda-default", make_cuda_default},
+    {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", make_cuda_invariant},
+#endif
 };
+
+// Whether this machine can run tables of `device` (a CUDA build on a machine without a GPU lists
+// only the CPU tables).
+bool device_present(Device device) {
+#ifdef REPRO_HAVE_CUDA
+  if (device == Device::Cuda) return cuda::available();
+#endif
+  return device == Device::Cpu;
+}
 
 }  // namespace
 
 std::vector<TableSpec> available_op_tables() {
   std::vector<TableSpec> out;
-  for (const auto& t : kTables) out.push_back({t.device, t.mode, t.name});
+  for (const auto& t : kTables)
+    if (device_present(t.device)) out.push_back({t.device, t.mode, t.name});
   return out;
 }
 
@@ -133,10 +150,7 @@ std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
   for (const auto& t : kTables)
     if (t.device == device && t.mode == mode) return t.make(threads);
   if (device == Device::Cuda) {
-#ifdef REPRO_HAVE_CUDA
-    throw BackendError("--device cuda: the CUDA backend is not available yet (this build has the CUDA toolkit but "
-                       "no CUDA op tables); use --device cpu");
-#else
+#ifndef REPRO_HAVE_CUDA
     throw BackendError("--device cuda: this repro-audit was built without CUDA (configure with -DREPRO_CUDA=ON on a "
                        "machine with the CUDA toolkit); use --device cpu");
 #endif

@@ -3,7 +3,9 @@
 // Both tables share everything but the three kernels whose reduction order decides batch variance
 // (matmul, RMSNorm, attention): buffers are host memory, weights are read in place, and the
 // element-wise ops (embedding gather, RoPE, silu * up, residual add, KV store, row gather,
-// precision rounding) are plain loops whose value for a row never depends on other rows.
+// precision rounding) are plain loops whose value for a row never depends on other rows, computed
+// by the math the CUDA tables share (include/repro/kernels/elementwise_math.hpp: own exp in SiLU,
+// one RoPE table function), so a GPU's element-wise bits equal these.
 //   cpu-default          kernels/*/default.cpp: OpenBLAS cblas_sgemm, split-KV attention, the
 //                        fastest RMSNorm; the fastest path per shape, as production engines run.
 //   cpu-batch-invariant  kernels/*/invariant.cpp: one reduction order per output element, fixed
@@ -25,6 +27,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/threadpool.hpp"
 #include "repro/common/quant.hpp"
+#include "repro/kernels/elementwise_math.hpp"
 #include "repro/kernels/kernels.hpp"
 #include "repro/kernels/matmul_quant.hpp"
 
@@ -138,11 +141,7 @@ class CpuOps final : public Ops {
       const float* sn = &rope_sin_[static_cast<size_t>(pos[r]) * half];
       for (int h = 0; h < n_heads; ++h) {
         float* v = x.data() + r * width + static_cast<size_t>(h) * d.head_dim;
-        for (int i = 0; i < half; ++i) {
-          float a = v[2 * i], b = v[2 * i + 1];
-          v[2 * i] = a * cs[i] - b * sn[i];
-          v[2 * i + 1] = a * sn[i] + b * cs[i];
-        }
+        for (int i = 0; i < half; ++i) math::rope_pair(v[2 * i], v[2 * i + 1], cs[i], sn[i]);
       }
     }
   }
@@ -150,7 +149,7 @@ class CpuOps final : public Ops {
   void silu_mul(Buffer& gate, const Buffer& up, size_t n) override {
     float* g = gate.data();
     const float* u = up.data();
-    for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (size_t i = 0; i < n; ++i) g[i] = math::silu_mul(g[i], u[i]);  // own exp: the GPU's bits
   }
 
   void add(Buffer& x, const Buffer& y, size_t n) override {
@@ -196,13 +195,7 @@ class CpuOps final : public Ops {
     const int n = std::max(pos + 1, rope_positions_ * 2);
     rope_cos_.resize(static_cast<size_t>(n) * half);
     rope_sin_.resize(static_cast<size_t>(n) * half);
-    for (int p = rope_positions_; p < n; ++p)
-      for (int i = 0; i < half; ++i) {
-        float freq = 1.0f / std::pow(d.theta, static_cast<float>(2 * i) / static_cast<float>(d.rope_dim));
-        float angle = static_cast<float>(p) * freq;
-        rope_cos_[static_cast<size_t>(p) * half + i] = std::cos(angle);
-        rope_sin_[static_cast<size_t>(p) * half + i] = std::sin(angle);
-      }
+    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, rope_cos_.data(), rope_sin_.data());
     rope_positions_ = n;
     rope_half_ = half;
   }

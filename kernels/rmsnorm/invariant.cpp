@@ -43,7 +43,7 @@ REPRO_AVX2 void avx2_rows(const NormArgs& a, int m0, int m1) {
       acc = _mm256_fmadd_ps(v, v, acc);
     }
     const float ss = detail::hsum8(acc);
-    const float scale = 1.0f / std::sqrt(ss / (float)D + a.eps);
+    const float scale = math::rms_scale(ss, D, a.eps);
     const __m256 s = _mm256_set1_ps(scale);
     for (int i = 0; i < D8; i += 8)
       _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), s),

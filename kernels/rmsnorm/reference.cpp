@@ -16,7 +16,7 @@ void rmsnorm_reference(const float* x, const float* g, float* y, int M, int D, f
     const float* xr = x + (long)m * D;
     float* yr = y + (long)m * D;
     float ss = detail::dot_lanes(xr, xr, D);
-    float scale = 1.0f / std::sqrt(ss / (float)D + eps);
+    float scale = math::rms_scale(ss, D, eps);
     for (int i = 0; i < D; ++i) yr[i] = (xr[i] * scale) * g[i];
   }
 }

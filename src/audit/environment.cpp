@@ -158,7 +158,8 @@ nlohmann::json environment_record(int threads) {
                 {"driver_version", d.driver_version}, {"cublas_version", d.cublas_version}};
   if (d.device_count > 0) {
     cuda_device = true;
-    env["gpu"]["device"] = {{"name", d.name}, {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)}};
+    env["gpu"]["device"] = {{"name", d.name}, {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
+                            {"multiprocessors", d.sm_count}};
   } else {
     env["gpu"]["device"] = "none (" + d.error + ")";
   }
