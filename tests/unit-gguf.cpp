@@ -355,7 +355,8 @@ TEST_CASE("gguf: bad magic, version, counts, offsets and types are UsageErrors w
           std::string::npos);
     CHECK(err(one_tensor({b.elems, 3}, b.type, 0, 2 * b.bytes)).find("extends past the end of the file") !=
           std::string::npos);
-    File ok = parse(one_tensor({b.elems, 2}, b.type, 0, 2 * b.bytes));
+    const std::string bytes = one_tensor({b.elems, 2}, b.type, 0, 2 * b.bytes);  // File views these bytes
+    File ok = parse(bytes);
     CHECK(ok.tensors[0].n_bytes == 2 * b.bytes);
     CHECK(dequantize(ok, ok.tensors[0]).size() == 2 * b.elems);
   }
