@@ -6,8 +6,9 @@
 // precision rounding) are plain loops whose value for a row never depends on other rows, computed
 // by the math the CUDA tables share (include/repro/kernels/elementwise_math.hpp: own exp in SiLU,
 // one RoPE table function), so a GPU's element-wise bits equal these.
-//   cpu-default          kernels/*/default.cpp: OpenBLAS cblas_sgemm, split-KV attention, the
-//                        fastest RMSNorm; the fastest path per shape, as production engines run.
+//   cpu-default          kernels/*/default.cpp: a GEMV for one row, register tiles for a few rows,
+//                        OpenBLAS cblas_sgemm for many, split-KV attention, the fastest RMSNorm;
+//                        the fastest path per shape, as production engines run.
 //   cpu-batch-invariant  kernels/*/invariant.cpp: one reduction order per output element, fixed
 //                        by the reduction length alone; bitwise equal to kernels/*/reference.cpp.
 // Matmul reads every weight type in place: F32 through the f32 kernels, F16, BF16 and the GGUF

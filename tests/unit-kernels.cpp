@@ -190,8 +190,36 @@ TEST_CASE("matmul default: close to the reference; bitwise batch variance measur
       }
       report += fmt_count(b, differ);
     }
-    MESSAGE("matmul_default (OpenBLAS), threads=" << t << ", N=" << N << " K=" << K
+    MESSAGE("matmul_default (GEMV / tiles / OpenBLAS), threads=" << t << ", N=" << N << " K=" << K
                                                   << ", rows differing bitwise from the row alone:" << report);
+  }
+}
+
+TEST_CASE("matmul default: every path (GEMV, tiles, sgemm) close to the reference, SIMD and portable") {
+  // K values with every tail: multiples of 32, of 8 only, and odd; M on each side of the paths.
+  for (int K : {64, 200, 77}) {
+    const int N = 53;
+    const int Ms[] = {1, 2, 5, kSgemmMinRows - 1, kSgemmMinRows, kSgemmMinRows + 3};
+    const int maxM = kSgemmMinRows + 3;
+    const auto x = random_vec((size_t)maxM * K, 21 + K);
+    const auto w = random_vec((size_t)N * K, 22 + K);
+    std::vector<float> ref((size_t)maxM * N);
+    matmul_reference(x.data(), w.data(), ref.data(), maxM, N, K);
+    for (int t : {1, 2}) {
+      ThreadPool pool(t);
+      for (int M : Ms) {
+        for (bool portable : {false, true}) {
+          ForcePortable fp(portable);
+          std::vector<float> y((size_t)M * N);
+          matmul_default(x.data(), w.data(), y.data(), M, N, K, pool);
+          CAPTURE(K);
+          CAPTURE(M);
+          CAPTURE(t);
+          CAPTURE(portable);
+          CHECK(max_rel_err(y.data(), ref.data(), y.size()) < 1e-5f);
+        }
+      }
+    }
   }
 }
 

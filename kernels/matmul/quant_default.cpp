@@ -1,6 +1,6 @@
 // matmul with quantized weights, default: the fastest path per shape, as production engines run.
 //
-// Small batches (M < kQuantSgemmMinRows) take the panel kernel of matmul_q_invariant: at small M
+// Batches below kQuantSgemmMinRows (256) take the panel kernel of matmul_q_invariant: at small M
 // the cost is reading and dequantizing the weights, which that kernel does once per panel. Larger
 // batches dequantize chunks of weight rows to f32 (threads over rows) and call OpenBLAS
 // cblas_sgemm, whose kernel, blocking and thread split depend on M, N, K and the thread count: NOT

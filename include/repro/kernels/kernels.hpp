@@ -1,8 +1,9 @@
 // The three kernels whose reduction order decides batch variance: matmul, RMSNorm, attention.
 // Each has (kernels/<op>/):
 //   *_reference  plain loops; defines the batch-invariant reduction order exactly
-//   *_default    the fastest path per shape, as production engines run (OpenBLAS cblas_sgemm,
-//                split-KV attention when there are few rows, ...). Never perturbed on purpose.
+//   *_default    the fastest path per shape, as production engines run (a GEMV at one row, register
+//                tiles for few rows, OpenBLAS cblas_sgemm for many, split-KV attention when there
+//                are few rows, ...). Never perturbed on purpose.
 //   *_invariant  the batch-invariant fast path (SIMD, blocking, threads over outputs); bitwise
 //                equal to *_reference for every row, whatever the batch size, batch mates,
 //                position in batch or thread count.
@@ -15,6 +16,11 @@ namespace repro::kernels {
 
 // ---- matmul: y[M][N] = x[M][K] * w[N][K]^T (w row-major [out][in], as model weights are) ----
 void matmul_reference(const float* x, const float* w, float* y, int M, int N, int K);
+// From this many rows on, matmul_default calls OpenBLAS cblas_sgemm; below, its own GEMV (one row)
+// or register tiles (kernels/matmul/default.cpp). Measured on the project machine (f32, shapes
+// 768x768, 2048x768, 768x2048, 1 and 2 threads): the tiles were faster up to 64 rows, sgemm from
+// about 96 to 128 rows on.
+constexpr int kSgemmMinRows = 96;
 void matmul_default(const float* x, const float* w, float* y, int M, int N, int K, ThreadPool& pool);
 void matmul_invariant(const float* x, const float* w, float* y, int M, int N, int K, ThreadPool& pool);
 

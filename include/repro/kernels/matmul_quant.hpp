@@ -36,9 +36,10 @@ struct QuantWeight {
 };
 
 // From this batch size on, matmul_q_default dequantizes and calls sgemm. Measured on the project
-// machine (2 threads, a 110M-parameter F16 model): at batch 32 the panel kernel decoded 3.5x more
-// tokens/s than dequantize + sgemm, so smaller batches stay on the panel kernel.
-constexpr int kQuantSgemmMinRows = 64;
+// machine (2048x768 weights in F16, Q8_0 and Q4_K, 1 and 2 threads): the panel kernel was faster
+// or equal up to 128 rows (at 64 rows by 1.1-1.9x), the two about even at 256 and 512 rows
+// (dequantizing the whole matrix to f32 costs what sgemm saves), so only long prefills take sgemm.
+constexpr int kQuantSgemmMinRows = 256;
 
 void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K);
 void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool);
