@@ -1,14 +1,24 @@
-// `repro-audit bench`: what batch invariance costs in throughput on this machine. For each model,
-// thread count and batch size it decodes a real batch (the probe "Once upon a time" in the middle
-// of filler prompts, every sequence greedy for --max-tokens tokens, EOS ignored so the batch stays
-// full) in both modes, side by side in the same run, and prints generated tokens/s per mode and
-// the ratio batch-invariant / default. It validates first: both modes must produce the tokens, and
-// the batch-invariant probe must be bit-identical (tokens and logits SHA-256) at every batch size
-// and thread count; the default mode's divergence is reported, not asserted.
+// `repro-audit bench`: what batch invariance costs in throughput on this machine, with statistics.
+// For each model and thread count it measures, in both modes side by side:
+//   decode   per batch size: a real batch (the probe "Once upon a time" in the middle of filler
+//            prompts, every sequence greedy for --max-tokens tokens, EOS ignored so the batch stays
+//            full) is prefilled in one step, then the generated tokens of the following steps are
+//            timed: decode tokens/s = batch * (max_tokens - 1) / decode time.
+//   prefill  per prompt length (--prompt-lengths): one sequence's prompt in one forward step,
+//            prompt tokens/s = length / time of that step.
+// as llama.cpp's batched-bench separates them. Every cell is warmed up (--warmup runs, not counted)
+// and measured --repeats times, the two modes interleaved run by run (alternating which goes
+// first) so a change of machine load hits both; it prints mean, standard deviation and min-max and
+// flags a cell whose coefficient of variation exceeds --noise-cv. It validates first: the
+// batch-invariant probe must be bit-identical (tokens and logits SHA-256) at every batch size,
+// thread count and run; the default mode's divergence from batch 1 is reported, not asserted.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -31,9 +41,13 @@ namespace {
 struct BenchOptions {
   EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
   std::string batch_sizes = "1,8,32,64";
-  int max_tokens = 64;
-  int repeats = 3;
-  double min_time = 0.5;
+  std::string prompt_lengths = "128,512";
+  bool no_prefill = false;
+  int max_tokens = 32;
+  int repeats = 5;
+  int warmup = 1;
+  double min_time = 0;
+  double noise_cv = 0.10;
   std::string prompt = "Once upon a time";
   std::string json;  // optional JSON output file ('-' = stdout)
 };
@@ -81,12 +95,48 @@ std::string synth_100m_path() {
   return p.string();
 }
 
-struct Measure {
-  double tok_s = 0;
-  int64_t tokens = 0;
-  std::vector<int> probe_tokens;
-  std::string probe_sha;
+// Mean, sample standard deviation and range of one cell's measurements (tokens/s).
+struct Stats {
+  std::vector<double> runs;
+  double mean = 0, stddev = 0, min = 0, max = 0, cv = 0;
 };
+
+Stats summarize(std::vector<double> runs) {
+  Stats st;
+  st.runs = std::move(runs);
+  if (st.runs.empty()) return st;
+  double sum = 0;
+  for (double v : st.runs) sum += v;
+  st.mean = sum / static_cast<double>(st.runs.size());
+  double ss = 0;
+  for (double v : st.runs) ss += (v - st.mean) * (v - st.mean);
+  st.stddev = st.runs.size() > 1 ? std::sqrt(ss / static_cast<double>(st.runs.size() - 1)) : 0.0;
+  st.min = *std::min_element(st.runs.begin(), st.runs.end());
+  st.max = *std::max_element(st.runs.begin(), st.runs.end());
+  st.cv = st.mean > 0 ? st.stddev / st.mean : 0.0;
+  return st;
+}
+
+nlohmann::json stats_json(const Stats& st, double noise_cv) {
+  return {{"mean", st.mean}, {"stddev", st.stddev}, {"min", st.min},         {"max", st.max},
+          {"cv", st.cv},     {"runs", st.runs},     {"noisy", st.cv > noise_cv}};
+}
+
+// "105.2 ±2.1 [102.0-108.3]" with a trailing '*' when the cell is noisy.
+std::string stats_cell(const Stats& st, double noise_cv) {
+  return fmt::format("{:.1f} ±{:.1f} [{:.1f}-{:.1f}]{}", st.mean, st.stddev, st.min, st.max,
+                     st.cv > noise_cv ? "*" : "");
+}
+
+std::string load_average() {
+  std::string s;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f)) s = trim(buf);
+    std::fclose(f);
+  }
+  return s;
+}
 
 // One batch: the probe at row batch/2 among batch-1 fillers, all max_tokens long.
 std::vector<GenRequest> make_batch(const Model& model, const std::string& probe, int batch, int max_tokens) {
@@ -101,40 +151,88 @@ std::vector<GenRequest> make_batch(const Model& model, const std::string& probe,
   return reqs;
 }
 
-Measure measure(const Model& model, Mode mode, int threads, const std::vector<GenRequest>& reqs,
-                const BenchOptions& o) {
-  Engine engine(model, EngineOptions{mode, threads, o.engine.device_value(), o.engine.precision_value()});
-  Measure m;
-  double total = 0;
-  for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<GenResult> res = engine.generate(reqs);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int64_t tokens = 0;
-    for (const auto& r : res) tokens += static_cast<int64_t>(r.tokens.size());
-    const GenResult& probe = res[reqs.size() / 2];
-    if (rep == 0) {
-      m.tokens = tokens;
-      m.probe_tokens = probe.tokens;
-      m.probe_sha = probe.logits_sha256;
-    } else if (probe.tokens != m.probe_tokens || probe.logits_sha256 != m.probe_sha) {
-      throw BackendError(std::string("bench: the ") + mode_name(mode) +
-                         " engine gave different bits for the same batch on a rerun; the engine is not deterministic");
-    }
-    m.tok_s = std::max(m.tok_s, s > 0 ? static_cast<double>(tokens) / s : 0.0);
-    total += s;
-    if (total >= o.min_time) break;
+// A prompt of exactly `length` tokens: BOS, then the filler texts' tokens, cycled.
+std::vector<int> long_prompt(const Model& model, int length) {
+  std::vector<int> text_tokens;
+  for (const auto& f : filler_pool()) {
+    std::vector<int> t = model.tokenizer->encode(f + " ", false);
+    text_tokens.insert(text_tokens.end(), t.begin(), t.end());
   }
-  return m;
+  std::vector<int> p = model.tokenizer->encode("", true);
+  if (p.empty()) p.push_back(text_tokens.empty() ? 0 : text_tokens.front());
+  for (size_t i = 0; static_cast<int>(p.size()) < length; ++i) p.push_back(text_tokens[i % text_tokens.size()]);
+  p.resize(static_cast<size_t>(length));
+  return p;
+}
+
+// One decode run: the batch joins, its prefill step is not timed, the remaining steps are.
+struct DecodeRun {
+  double tok_s = 0;
+  std::vector<int> probe_tokens;
+  std::string probe_sha;
+};
+
+DecodeRun decode_once(Engine& engine, const std::vector<GenRequest>& reqs) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int> handles;
+  for (const auto& r : reqs) handles.push_back(engine.submit(r));
+  engine.step();  // prefill of every sequence + the first token
+  const int64_t before = engine.generated_tokens();
+  const auto t0 = Clock::now();
+  while (engine.busy()) engine.step();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int64_t tokens = engine.generated_tokens() - before;
+  DecodeRun run;
+  run.tok_s = s > 0 ? static_cast<double>(tokens) / s : 0.0;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    GenResult r = engine.take_result(handles[i]);
+    if (i == reqs.size() / 2) {
+      run.probe_tokens = std::move(r.tokens);
+      run.probe_sha = r.logits_sha256;
+    }
+  }
+  return run;
+}
+
+// One prefill run: a single sequence's prompt in one forward step (its first token included).
+double prefill_once(Engine& engine, const GenRequest& req) {
+  using Clock = std::chrono::steady_clock;
+  const int h = engine.submit(req);
+  const auto t0 = Clock::now();
+  engine.step();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  while (engine.busy()) engine.step();
+  engine.take_result(h);
+  return s > 0 ? static_cast<double>(req.prompt.size()) / s : 0.0;
+}
+
+// Runs measure(mode) warmup times per mode (not counted), then `repeats` times per mode with the
+// modes interleaved, alternating which goes first; stops early (at least 3 runs) past min_time.
+template <typename F>
+void interleaved(const BenchOptions& o, F&& measure) {
+  for (int w = 0; w < o.warmup; ++w)
+    for (int m = 0; m < 2; ++m) measure(m, false);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    const int first = rep % 2;
+    measure(first, true);
+    measure(1 - first, true);
+    if (o.min_time > 0 && rep + 1 >= 3 && std::chrono::duration<double>(Clock::now() - t0).count() >= o.min_time)
+      break;
+  }
 }
 
 int run_bench(const BenchOptions& o) {
   const std::vector<int> batches = parse_int_list(o.batch_sizes, "--batch-sizes");
+  const std::vector<int> lengths = o.no_prefill ? std::vector<int>{} : parse_int_list(o.prompt_lengths, "--prompt-lengths");
   const std::vector<int> threads = o.engine.thread_counts();
   const Device device = o.engine.device_value();
   const Precision precision = o.engine.precision_value();
-  if (o.max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
-  if (o.repeats < 1) throw UsageError("--repeats must be at least 1");
+  if (o.max_tokens < 2) throw UsageError("--max-tokens must be at least 2 (the first token comes from the prefill step)");
+  if (o.repeats < 2) throw UsageError("--repeats must be at least 2 (a spread needs two measurements)");
+  if (o.warmup < 0) throw UsageError("--warmup must be 0 or more");
+  if (!(o.noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
 
   std::vector<std::string> models = o.engine.models;
   if (models.empty()) {
@@ -143,23 +241,32 @@ int run_bench(const BenchOptions& o) {
   }
 
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  fmt::print("repro-audit bench: CPU AVX2+FMA {}, OPENBLAS_CORETYPE={}, max-tokens {}, best of up to {} runs\n",
-             kernels::cpu_has_avx2_fma() ? "yes" : "no", core ? core : "(unset)", o.max_tokens, o.repeats);
+  const std::string load_start = load_average();
+  fmt::print("repro-audit bench: CPU AVX2+FMA {}, OPENBLAS_CORETYPE={}, max-tokens {}, warm-up {}, {} runs per "
+             "cell (modes interleaved), load average {}\n",
+             kernels::cpu_has_avx2_fma() ? "yes" : "no", core ? core : "(unset)", o.max_tokens, o.warmup, o.repeats,
+             load_start.empty() ? "unknown" : load_start);
   // Each op table says what it runs (validates the device before any model is loaded).
   nlohmann::json tables = nlohmann::json::array();
-  for (Mode m : {Mode::Default, Mode::BatchInvariant}) {
+  const Mode modes[2] = {Mode::Default, Mode::BatchInvariant};
+  for (Mode m : modes) {
     const kernels::OpsInfo info = kernels::make_ops(device, m, threads.front())->describe();
     fmt::print("  {}: {}, {}, precision {}\n", info.name, info.isa, info.library, precision_name(precision));
     tables.push_back(to_json(info));
   }
   nlohmann::json jout = {{"max_tokens", o.max_tokens},
+                         {"warmup", o.warmup},
+                         {"repeats", o.repeats},
+                         {"noise_cv", o.noise_cv},
                          {"avx2_fma", kernels::cpu_has_avx2_fma()},
                          {"openblas_coretype", core ? core : ""},
                          {"device", device_name(device)},
                          {"precision", precision_name(precision)},
+                         {"load_average_start", load_start},
                          {"op_tables", tables},
-                         {"rows", nlohmann::json::array()}};
-  bool all_ok = true;
+                         {"rows", nlohmann::json::array()},
+                         {"prefill_rows", nlohmann::json::array()}};
+  bool all_ok = true, any_noisy = false;
   for (const std::string& spec : models) {
     const std::string path = spec == kSynth100m ? synth_100m_path() : spec;
     auto model = load_model(path, o.engine.tokenizer);
@@ -171,50 +278,117 @@ int run_bench(const BenchOptions& o) {
     for (const auto& f : filler_pool())
       longest_prompt = std::max(longest_prompt, static_cast<int>(model->tokenizer->encode(f, true).size()));
     if (longest_prompt + max_tokens > c.context_length) {
-      max_tokens = std::max(1, c.context_length - longest_prompt);
+      max_tokens = std::max(2, c.context_length - longest_prompt);
       fmt::print(stderr, "bench: {}: --max-tokens lowered to {} to fit the context length {}\n", name, max_tokens,
                  c.context_length);
     }
-    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {})\n", name, c.dim, c.n_layers,
-               c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size);
-    fmt::print("{:>7} {:>6} {:>16} {:>18} {:>12}  {}\n", "threads", "batch", "default tok/s", "invariant tok/s",
-               "inv/default", "default probe vs batch 1");
+    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {}, context {})\n", name, c.dim,
+               c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size, c.context_length);
     std::vector<int> ref_tokens;
     std::string ref_sha;
     bool inv_ok = true;
     for (int t : threads) {
+      std::unique_ptr<Engine> engines[2];
+      for (int m = 0; m < 2; ++m)
+        engines[m] = std::make_unique<Engine>(*model, EngineOptions{modes[m], t, device, precision});
+
+      // ---- decode ----
+      fmt::print("decode, {} thread{}: generated tokens/s after the prefill step, mean ±stddev [min-max]\n", t,
+                 t == 1 ? "" : "s");
+      fmt::print("{:>6} {:>32} {:>32} {:>12}  {}\n", "batch", "default", "batch-invariant", "inv/default",
+                 "default probe vs batch 1");
       std::string default_sha1;  // default probe at batch 1 for this thread count
       for (int b : batches) {
         const auto reqs = make_batch(*model, o.prompt, b, max_tokens);
-        Measure d = measure(*model, Mode::Default, t, reqs, o);
-        Measure inv = measure(*model, Mode::BatchInvariant, t, reqs, o);
-        if (static_cast<int>(d.probe_tokens.size()) != max_tokens || static_cast<int>(inv.probe_tokens.size()) != max_tokens)
-          throw BackendError("bench: " + name + ": a mode produced fewer tokens than --max-tokens");
+        std::vector<double> runs[2];
+        DecodeRun first[2];
+        bool have[2] = {false, false};
+        interleaved(o, [&](int m, bool counted) {
+          DecodeRun r = decode_once(*engines[m], reqs);
+          if (static_cast<int>(r.probe_tokens.size()) != max_tokens)
+            throw BackendError("bench: " + name + ": the " + mode_name(modes[m]) +
+                               " engine produced fewer tokens than --max-tokens");
+          if (!have[m]) {
+            first[m] = r;
+            have[m] = true;
+          } else if (r.probe_tokens != first[m].probe_tokens || r.probe_sha != first[m].probe_sha) {
+            throw BackendError(std::string("bench: the ") + mode_name(modes[m]) +
+                               " engine gave different bits for the same batch on a rerun; the engine is not "
+                               "deterministic");
+          }
+          if (counted) runs[m].push_back(r.tok_s);
+        });
+        const Stats d = summarize(runs[0]), inv = summarize(runs[1]);
+        any_noisy = any_noisy || d.cv > o.noise_cv || inv.cv > o.noise_cv;
         if (ref_sha.empty()) {
-          ref_tokens = inv.probe_tokens;
-          ref_sha = inv.probe_sha;
+          ref_tokens = first[1].probe_tokens;
+          ref_sha = first[1].probe_sha;
         }
-        const bool same = inv.probe_tokens == ref_tokens && inv.probe_sha == ref_sha;
+        const bool same = first[1].probe_tokens == ref_tokens && first[1].probe_sha == ref_sha;
         inv_ok = inv_ok && same;
-        if (default_sha1.empty() && b == 1) default_sha1 = d.probe_sha;
-        std::string dnote = default_sha1.empty() || b == 1 ? "-" : d.probe_sha == default_sha1 ? "same bits" : "differs";
-        fmt::print("{:>7} {:>6} {:>16.1f} {:>18.1f} {:>12.2f}  {}{}\n", t, b, d.tok_s, inv.tok_s,
-                   d.tok_s > 0 ? inv.tok_s / d.tok_s : 0.0, dnote, same ? "" : "  INVARIANT PROBE DIFFERS");
+        if (default_sha1.empty() && b == 1) default_sha1 = first[0].probe_sha;
+        const std::string dnote = default_sha1.empty() || b == 1 ? "-"
+                                  : first[0].probe_sha == default_sha1 ? "same bits"
+                                                                       : "differs";
+        const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
+        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}  {}{}\n", b, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
+                   ratio, dnote, same ? "" : "  INVARIANT PROBE DIFFERS");
         std::fflush(stdout);
         jout["rows"].push_back({{"model", name},
                                 {"threads", t},
                                 {"batch_size", b},
-                                {"default_tokens_per_s", d.tok_s},
-                                {"invariant_tokens_per_s", inv.tok_s},
-                                {"ratio", d.tok_s > 0 ? inv.tok_s / d.tok_s : 0.0},
+                                {"decode_tokens", static_cast<int64_t>(b) * (max_tokens - 1)},
+                                {"default_tokens_per_s", d.mean},
+                                {"invariant_tokens_per_s", inv.mean},
+                                {"default", stats_json(d, o.noise_cv)},
+                                {"invariant", stats_json(inv, o.noise_cv)},
+                                {"ratio", ratio},
                                 {"invariant_probe_identical", same},
-                                {"default_probe_same_as_batch1", b == 1 || d.probe_sha == default_sha1}});
+                                {"default_probe_same_as_batch1", b == 1 || first[0].probe_sha == default_sha1}});
+      }
+
+      // ---- prefill ----
+      if (lengths.empty()) continue;
+      fmt::print("prefill, {} thread{}: prompt tokens/s of one sequence, mean ±stddev [min-max]\n", t,
+                 t == 1 ? "" : "s");
+      fmt::print("{:>6} {:>32} {:>32} {:>12}\n", "prompt", "default", "batch-invariant", "inv/default");
+      for (int len0 : lengths) {
+        const int len = std::min(len0, c.context_length - 1);
+        if (len != len0)
+          fmt::print(stderr, "bench: {}: prompt length {} lowered to {} to fit the context length {}\n", name, len0,
+                     len, c.context_length);
+        GenRequest req;
+        req.prompt = long_prompt(*model, len);
+        req.params.max_tokens = 1;
+        req.params.stop_at_eos = false;
+        std::vector<double> runs[2];
+        interleaved(o, [&](int m, bool counted) {
+          const double v = prefill_once(*engines[m], req);
+          if (counted) runs[m].push_back(v);
+        });
+        const Stats d = summarize(runs[0]), inv = summarize(runs[1]);
+        any_noisy = any_noisy || d.cv > o.noise_cv || inv.cv > o.noise_cv;
+        const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
+        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}\n", len, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
+                   ratio);
+        std::fflush(stdout);
+        jout["prefill_rows"].push_back({{"model", name},
+                                        {"threads", t},
+                                        {"prompt_tokens", len},
+                                        {"default", stats_json(d, o.noise_cv)},
+                                        {"invariant", stats_json(inv, o.noise_cv)},
+                                        {"ratio", ratio}});
       }
     }
     fmt::print("validation: batch-invariant probe {} across batch sizes {} and threads {} (logits sha256 {}...)\n",
                inv_ok ? "bit-identical" : "NOT identical", o.batch_sizes, o.engine.threads, ref_sha.substr(0, 16));
     all_ok = all_ok && inv_ok;
   }
+  const std::string load_end = load_average();
+  if (any_noisy)
+    fmt::print("* noisy: coefficient of variation above {:.0f}% (load average now {}); rerun or raise --repeats\n",
+               o.noise_cv * 100, load_end.empty() ? "unknown" : load_end);
+  jout["load_average_end"] = load_end;
   jout["invariant_validated"] = all_ok;
   if (!o.json.empty()) write_file_atomic(o.json, jout.dump(2) + "\n");
   if (!all_ok) {
@@ -229,7 +403,7 @@ int run_bench(const BenchOptions& o) {
 void setup_bench(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<BenchOptions>();
   auto* sub = parent.add_subcommand(
-      "bench", "Tokens/s of default vs batch-invariant mode per batch size and thread count (validated first)");
+      "bench", "Decode and prefill tokens/s of default vs batch-invariant mode, with spread (validated first)");
   EngineFlagSpec spec;
   spec.model_repeatable = true;
   spec.mode = false;  // both modes, side by side
@@ -239,12 +413,20 @@ void setup_bench(CLI::App& parent, Runner& runner) {
       "stories260K and synth:100m)";
   o->engine.threads = "1,2";
   add_engine_flags(*sub, o->engine, spec);
-  sub->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes")->capture_default_str();
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens each sequence generates")->capture_default_str();
-  sub->add_option("--repeats", o->repeats, "Best of up to this many runs per cell")->capture_default_str();
-  sub->add_option("--min-time", o->min_time, "Stop repeating a cell after this many seconds")->capture_default_str();
+  sub->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes (decode)")->capture_default_str();
+  sub->add_option("--prompt-lengths", o->prompt_lengths, "Comma-separated prompt lengths in tokens (prefill)")
+      ->capture_default_str();
+  sub->add_flag("--no-prefill", o->no_prefill, "Measure decode only");
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens each sequence generates (decode)")->capture_default_str();
+  sub->add_option("--repeats", o->repeats, "Measured runs per cell and mode (at least 2)")->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "Runs per cell and mode before measuring (not counted)")
+      ->capture_default_str();
+  sub->add_option("--min-time", o->min_time,
+                  "Stop measuring a cell after this many seconds once 3 runs are in (0 = always --repeats)")
+      ->capture_default_str();
+  sub->add_option("--noise-cv", o->noise_cv, "Flag a cell whose stddev / mean exceeds this")->capture_default_str();
   sub->add_option("--prompt", o->prompt, "Probe prompt")->capture_default_str();
-  sub->add_option("--json", o->json, "Also write the table as JSON to this file ('-' = stdout)");
+  sub->add_option("--json", o->json, "Also write the tables as JSON to this file ('-' = stdout)");
   sub->callback([o, &runner] { runner = [o] { return run_bench(*o); }; });
 }
 
