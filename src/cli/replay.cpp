@@ -1,0 +1,133 @@
+// The replay half of `run` and `canary` (see include/repro/cli/replay.hpp).
+#include "repro/cli/replay.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "repro/audit/analysis.hpp"
+#include "repro/audit/preflight.hpp"
+#include "repro/audit/runner.hpp"
+#include "repro/audit/verdict.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/compliance/sign.hpp"
+#include "repro/report/report.hpp"
+
+namespace repro::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+volatile std::sig_atomic_t g_signal = 0;
+// SIGINT and SIGTERM: stop after what is in flight, write what finished, exit 130 / 143.
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
+  g_stop = true;
+  std::signal(sig, SIG_DFL);  // a second signal ends at once
+}
+
+}  // namespace
+
+int replay_and_report(ReplayJob& job) {
+  namespace fs = std::filesystem;
+  AuditReport& report = *job.report;
+  const PlanOptions& plan = *job.plan;
+  static const std::vector<EndpointSpec> no_endpoints;
+  const std::vector<EndpointSpec>& endpoints = job.endpoints ? *job.endpoints : no_endpoints;
+  const bool remote = !endpoints.empty();
+  const std::string& out_dir = job.out_dir;
+
+  // ---- remote preflight: an endpoint that cannot answer ends the run before any replay
+  for (const auto& e : endpoints) preflight_endpoint(e);
+  std::optional<AuditReport> golden;
+  std::string golden_digest;
+  bool golden_digest_ok = false;
+  if (!job.baseline.empty()) {  // read before the replay: a bad golden file is a usage error, not lost work
+    std::string text = read_file(job.baseline, "--baseline report");
+    golden = from_json(text, job.baseline);
+    golden_digest_ok = verify_report_digest(text, &golden_digest);
+  }
+  if (out_dir != "-") {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || !fs::is_directory(out_dir))
+      throw UsageError("--out '" + out_dir + "': cannot create the directory (" + ec.message() + "); choose a writable path");
+  }
+
+  record_provenance(report, plan, job.model, job.model_path, job.engine, endpoints);
+
+  // ---- replay ----
+  g_stop = false;
+  g_signal = 0;
+  auto old = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  RunControl ctl;
+  ctl.device = job.engine.device;
+  ctl.precision = job.engine.precision;
+  ctl.stop = &g_stop;
+  ctl.progress = !job.quiet;
+  std::string checkpoint = out_dir == "-" ? "" : (fs::path(out_dir) / "checkpoint.json").string();
+  if (!checkpoint.empty()) ctl.checkpoint = [&](const AuditReport& r) { write_file_atomic(checkpoint, to_json(r)); };
+  try {
+    if (remote)
+      run_remote(plan, endpoints, report, ctl);
+    else
+      run_local(plan, *job.model, report, ctl);
+  } catch (...) {
+    std::signal(SIGINT, old);
+    std::signal(SIGTERM, old_term);
+    if (!report.completions.empty() && !checkpoint.empty()) {  // never lose finished work
+      write_file_atomic(checkpoint, to_json(report));
+      std::fprintf(stderr, "note: %zu finished completions kept in %s (continue with --resume %s)\n",
+                   report.completions.size(), checkpoint.c_str(), out_dir.c_str());
+    }
+    throw;
+  }
+  std::signal(SIGINT, old);
+  std::signal(SIGTERM, old_term);
+  report.summary.interrupted = g_stop.load();
+
+  // ---- analyse, compare with the baseline, write, gate ----
+  analyze(report);
+  if (golden) {
+    Drift d = compute_drift(*golden, report);
+    report.baseline = baseline_result(d, job.baseline, golden_digest, golden_digest_ok);
+    analyze(report);  // the drift is part of the verdict
+  }
+  int override_code = job.after_analysis ? job.after_analysis(report) : -1;
+  auto written = write_reports(report, out_dir, plan.formats);
+  if (!checkpoint.empty()) fs::remove(checkpoint);
+  if (!job.sign_key.empty()) {
+    std::string json_path;
+    for (const auto& w : written)
+      if (w != "-" && w.size() > 5 && w.compare(w.size() - 5, 5, ".json") == 0) json_path = w;
+    auto files = compliance::locate_report(json_path);
+    compliance::sign_report(files, job.sign_key);
+    written.push_back(files.path(files.envelope));
+  }
+  bool stdout_taken = out_dir == "-";
+  for (const auto& w : written) stdout_taken = stdout_taken || w == "-";
+  std::FILE* term = stdout_taken ? stderr : stdout;
+  if (golden && !golden_digest_ok)
+    std::fprintf(stderr, "warning: --baseline '%s': its content does not match its recorded digest; it was edited "
+                 "after it was written\n", job.baseline.c_str());
+  if (!job.quiet) {
+    std::fputs(to_terminal(report).c_str(), term);
+    for (const auto& w : written)
+      if (w != "-") std::fprintf(term, "wrote %s\n", w.c_str());
+  }
+  int code = exit_code_for(report);
+  if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());
+  if (override_code >= 0) code = override_code;
+  if (report.summary.interrupted) {
+    const bool term_sig = g_signal == SIGTERM;
+    std::fprintf(stderr, "interrupted%s: %zu completions analysed and written; continue with --resume %s\n",
+                 term_sig ? " (SIGTERM)" : "", report.completions.size(), out_dir.c_str());
+    code = term_sig ? kExitTerminated : kExitInterrupted;
+  }
+  return code;
+}
+
+}  // namespace repro::cli
