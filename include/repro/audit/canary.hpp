@@ -1,0 +1,44 @@
+// Canary: a rerun of a baseline's plan, classified for a scheduled job (`repro-audit canary`).
+//
+//   GREEN   identical: every case produced the same token outputs, the same answers and the same
+//           bits (final-logits hash, chosen-token logprob bits) in every matched context, and the
+//           model identity is unchanged.
+//   YELLOW  bit-level or answer-preserving drift: the same tokens with other bits in some context,
+//           or other tokens whose extracted answers are unchanged (an answer extractor is set).
+//   RED     answer or token drift, a changed model identity (model file digest; an endpoint's
+//           served model name or system_fingerprint), cases missing from the rerun, or a rerun that
+//           could not vouch for anything (verdict "errors" or "interrupted").
+//
+// Matching. Cases are matched by (prompt, decoding, mode or endpoint). Token drift compares the set
+// of distinct token outputs of a case (and the set of extracted answers), not completion by
+// completion, so an endpoint that was already nondeterministic in the baseline is not flagged as long
+// as it produces the same outputs. Bits are compared completion by completion in the same context
+// (batch size, position, filler draw, seed, repeat, cache state), where both runs recorded them: the
+// local engine gives the same bits for the same context run after run. An endpoint need not, so for
+// endpoints only cases with one bit pattern in the baseline are compared bitwise.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+enum class CanaryLevel { Green = 0, Yellow = 1, Red = 2 };
+
+struct CanaryResult {
+  CanaryLevel level = CanaryLevel::Green;
+  std::vector<std::string> alarms;  // one line per finding, RED ones first ("RED model digest ab12.. -> cd34..")
+  int cases_compared = 0;
+  int token_drift = 0, answer_drift = 0, answer_preserving = 0, bit_drift = 0;
+};
+
+const char* canary_level_name(CanaryLevel l);  // "GREEN", "YELLOW", "RED"
+
+// Classifies `rerun` (analysed) against `baseline` (analysed, as loaded from its report.json).
+CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun);
+
+// The terminal / log form: the level, counts, then the alarm lines.
+std::string canary_text(const CanaryResult& c);
+
+}  // namespace repro

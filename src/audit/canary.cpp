@@ -1,0 +1,186 @@
+// Canary classification (see include/repro/audit/canary.hpp for the rules).
+#include "repro/audit/canary.hpp"
+
+#include <fmt/core.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace repro {
+
+const char* canary_level_name(CanaryLevel l) {
+  switch (l) {
+    case CanaryLevel::Green: return "GREEN";
+    case CanaryLevel::Yellow: return "YELLOW";
+    case CanaryLevel::Red: return "RED";
+  }
+  return "RED";
+}
+
+namespace {
+
+using CaseKey = std::tuple<std::string, std::string, std::string>;  // prompt, decoding, mode
+using ContextKey = std::tuple<std::string, std::string, std::string, int, int, std::string, uint64_t, int, std::string>;
+
+CaseKey case_key(const CaseResult& c) { return {c.prompt_id, c.decoding_id, c.mode}; }
+ContextKey context_key(const Completion& c) {
+  return {c.prompt_id, c.decoding_id, c.mode, c.batch_size, c.position, c.filler_set, c.seed, c.repeat, c.cache_state};
+}
+
+std::string shorten(const std::string& s) { return s.size() > 12 ? s.substr(0, 12) : s; }
+
+std::string json_text(const nlohmann::json& j, const char* a, const char* b) {
+  if (!j.is_object() || !j.contains(a) || !j[a].is_object() || !j[a].contains(b) || !j[a][b].is_string()) return "";
+  return j[a][b].get<std::string>();
+}
+
+// The bits a completion's output carries beyond its tokens: final-logits hash and logprob bits.
+std::string bit_fingerprint(const Completion& c) {
+  std::string f = c.logits_sha256;
+  f.push_back('|');
+  for (float x : c.logprobs) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    f += fmt::format("{:08x}", u);
+  }
+  return f;
+}
+bool has_bits(const Completion& c) { return !c.logits_sha256.empty() || !c.logprobs.empty(); }
+
+std::set<std::string> token_outputs(const CaseResult& c) {
+  std::set<std::string> s;
+  for (const auto& k : c.clusters) s.insert(k.hash);
+  return s;
+}
+std::set<std::string> answers(const CaseResult& c) {
+  std::set<std::string> s;
+  for (const auto& k : c.clusters) s.insert(k.answer ? "=" + *k.answer : std::string("(missing)"));
+  return s;
+}
+
+// Per mode or endpoint: the served identity the completions report (model name, fingerprint).
+std::map<std::string, std::set<std::string>> identities(const AuditReport& r, bool fingerprint) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto& c : r.completions) {
+    if (!c.error.empty()) continue;
+    const std::string& v = fingerprint ? c.system_fingerprint : c.response_model;
+    if (!v.empty()) out[c.mode].insert(v);
+  }
+  return out;
+}
+std::string join(const std::set<std::string>& s) {
+  std::string o;
+  for (const auto& x : s) o += (o.empty() ? "" : ",") + x;
+  return o.empty() ? "(none)" : o;
+}
+
+std::string case_name(const CaseResult& c) { return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, c.mode); }
+
+}  // namespace
+
+CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun) {
+  CanaryResult res;
+  std::vector<std::string> red, yellow;
+
+  // ---- identity
+  const std::string ma = json_text(baseline.environment, "digests", "model_sha256");
+  const std::string mb = json_text(rerun.environment, "digests", "model_sha256");
+  if (ma != mb)
+    red.push_back(fmt::format("model digest {} -> {}", ma.empty() ? "(none)" : shorten(ma), mb.empty() ? "(none)" : shorten(mb)));
+  for (bool fp : {false, true}) {
+    auto ia = identities(baseline, fp), ib = identities(rerun, fp);
+    for (const auto& [mode, set_a] : ia) {
+      auto it = ib.find(mode);
+      if (it != ib.end() && it->second != set_a)
+        red.push_back(fmt::format("{} {}: {} -> {}", mode, fp ? "system_fingerprint" : "served model", join(set_a),
+                                  join(it->second)));
+    }
+  }
+  if (rerun.summary.interrupted || rerun.summary.verdict == "interrupted")
+    red.push_back("the rerun was interrupted: nothing is vouched for");
+  else if (rerun.summary.verdict == "errors")
+    red.push_back(fmt::format("the rerun failed: {} request(s) with errors", rerun.summary.errors));
+
+  // ---- cases: token and answer drift
+  std::map<CaseKey, const CaseResult*> in_rerun;
+  for (const auto& c : rerun.cases) in_rerun[case_key(c)] = &c;
+  std::set<CaseKey> seen;
+  for (const auto& ca : baseline.cases) {
+    seen.insert(case_key(ca));
+    auto it = in_rerun.find(case_key(ca));
+    if (it == in_rerun.end()) {
+      red.push_back("case " + case_name(ca) + " missing from the rerun");
+      continue;
+    }
+    const CaseResult& cb = *it->second;
+    res.cases_compared++;
+    if (token_outputs(ca) == token_outputs(cb)) continue;
+    const bool extractor = ca.tara.has_value() && cb.tara.has_value();
+    if (extractor && answers(ca) == answers(cb)) {
+      res.answer_preserving++;
+      yellow.push_back(fmt::format("case {}: token outputs changed ({} -> {} distinct), answers unchanged ({})",
+                                   case_name(ca), ca.clusters.size(), cb.clusters.size(), join(answers(ca))));
+    } else if (extractor) {
+      res.answer_drift++;
+      red.push_back(fmt::format("case {}: answers {} -> {}", case_name(ca), join(answers(ca)), join(answers(cb))));
+    } else {
+      res.token_drift++;
+      std::string first = cb.clusters.empty() ? std::string("(no output)") : shorten(cb.clusters[0].hash);
+      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})", case_name(ca),
+                                ca.clusters.size(), cb.clusters.size(),
+                                ca.clusters.empty() ? std::string("(no output)") : shorten(ca.clusters[0].hash), first));
+    }
+  }
+  for (const auto& cb : rerun.cases)
+    if (!seen.count(case_key(cb))) red.push_back("case " + case_name(cb) + " is new in the rerun (the plan changed)");
+
+  // ---- bits, context by context, where the tokens agree. The local engine gives the same bits for
+  // the same context run after run; an endpoint need not, so there only cases whose bits were stable
+  // in the baseline are compared (one that was already bit-divergent would flag noise, not drift).
+  const bool remote = baseline.environment.is_object() && baseline.environment.contains("endpoints");
+  std::set<CaseKey> stable;
+  for (const auto& ca : baseline.cases)
+    if (!remote || (ca.bit_unique <= 1 && ca.unique <= 1)) stable.insert(case_key(ca));
+  std::map<ContextKey, const Completion*> base_ctx;
+  for (const auto& c : baseline.completions)
+    if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, c.mode}))
+      base_ctx.emplace(context_key(c), &c);
+  std::map<std::string, int> bit_by_mode;
+  std::map<std::string, const Completion*> first_by_mode;
+  for (const auto& c : rerun.completions) {
+    if (!c.error.empty() || !has_bits(c)) continue;
+    auto it = base_ctx.find(context_key(c));
+    if (it == base_ctx.end()) continue;
+    // same output: token ids where both know them (a report stores text with invalid UTF-8 replaced)
+    const Completion& b = *it->second;
+    if (b.tokens_known && c.tokens_known ? b.tokens != c.tokens : b.text != c.text) continue;
+    if (bit_fingerprint(*it->second) != bit_fingerprint(c)) {
+      res.bit_drift++;
+      if (!bit_by_mode[c.mode]++) first_by_mode[c.mode] = &c;
+    }
+  }
+  for (const auto& [mode, n] : bit_by_mode) {
+    const Completion& c = *first_by_mode[mode];
+    yellow.push_back(fmt::format("{}: {} completion(s) with the same tokens but other bits (first: {} [{}] batch {}, "
+                                 "position {}, repeat {})",
+                                 mode, n, c.prompt_id, c.decoding_id, c.batch_size, c.position, c.repeat));
+  }
+
+  for (auto& s : red) res.alarms.push_back("RED " + s);
+  for (auto& s : yellow) res.alarms.push_back("YELLOW " + s);
+  res.level = !red.empty() ? CanaryLevel::Red : !yellow.empty() ? CanaryLevel::Yellow : CanaryLevel::Green;
+  return res;
+}
+
+std::string canary_text(const CanaryResult& c) {
+  std::string out = fmt::format("canary {}: {} cases compared; token drift {}, answer drift {}, answer-preserving {}, "
+                                "bit-level {}\n",
+                                canary_level_name(c.level), c.cases_compared, c.token_drift, c.answer_drift,
+                                c.answer_preserving, c.bit_drift);
+  for (const auto& a : c.alarms) out += "  " + a + "\n";
+  return out;
+}
+
+}  // namespace repro

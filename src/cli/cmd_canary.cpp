@@ -1,0 +1,194 @@
+// `repro-audit canary --baseline DIR|report.json`: re-run a baseline's plan (same prompts, plan,
+// model or endpoints) and classify the result GREEN / YELLOW / RED for a scheduled job. Exit 0 GREEN,
+// 1 YELLOW, 2 RED (2 also for a usage error, with an `error:` line), 3 when the rerun cannot start,
+// 130 / 143 interrupted. See include/repro/audit/canary.hpp for the rules.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "repro/audit/canary.hpp"
+#include "repro/audit/plan.hpp"
+#include "repro/audit/plan_options.hpp"
+#include "repro/cli/commands.hpp"
+#include "repro/cli/flags.hpp"
+#include "repro/cli/replay.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/engine/device.hpp"
+#include "repro/model/default_model.hpp"
+#include "repro/remote/client.hpp"
+#include "repro/report/report.hpp"
+
+namespace repro::cli {
+
+namespace {
+
+struct CanaryOptions {
+  std::string baseline, out = "canary-report";
+  EngineFlags engine;
+  std::vector<std::string> endpoints;  // LABEL=URL overrides of the recorded URLs
+  std::string api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert, extra_body;
+  int max_retries = 3;
+  double timeout = 120;
+  bool quiet = false;
+  CLI::App* app = nullptr;
+  bool given(const std::string& flag) const { return app->count(flag) > 0; }
+};
+
+std::string baseline_file(const std::string& arg) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(arg)) {
+    fs::path p = fs::path(arg) / "report.json";
+    if (!fs::exists(p))
+      throw UsageError("--baseline '" + arg + "': no report.json in that directory; give the --out directory of a "
+                       "finished run or its report.json");
+    return p.string();
+  }
+  return arg;
+}
+
+// The baseline's endpoints, rebuilt from its environment record; --endpoint LABEL=URL replaces the URL
+// of that label (needed when the recorded URL had redacted credentials).
+std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohmann::json& record) {
+  std::map<std::string, std::string> url_of;
+  for (const auto& arg : o.endpoints) {
+    EndpointSpec e = parse_endpoint_arg(arg);
+    url_of[e.label] = e.url;
+  }
+  nlohmann::json extra = nlohmann::json::object();
+  if (!o.extra_body.empty()) {
+    try {
+      extra = nlohmann::json::parse(o.extra_body);
+    } catch (const nlohmann::json::parse_error&) {
+      throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
+    }
+    if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
+  }
+  std::string key = load_api_key(o.api_key_env, o.api_key_file);
+  std::vector<EndpointSpec> eps;
+  for (const auto& r : record) {
+    if (!r.is_object() || !r.contains("label") || !r.contains("url"))
+      throw UsageError("--baseline: environment.endpoints has an entry without label and url; the report is damaged");
+    EndpointSpec e;
+    e.label = r.value("label", "");
+    e.url = url_of.count(e.label) ? url_of[e.label] : r.value("url", "");
+    url_of.erase(e.label);
+    if (e.url.find("[REDACTED]") != std::string::npos)
+      throw UsageError("--baseline: the URL of endpoint '" + e.label + "' was recorded with credentials redacted; give "
+                       "it again with --endpoint '" + e.label + "=URL'");
+    e.api_model = r.value("api_model", "");
+    e.api = r.value("api", "chat");
+    e.provider = parse_provider(r.value("provider", "openai"));
+    e.stream = r.value("stream", false);
+    e.extra_body = extra;
+    e.api_key = key;
+    e.ca_cert = o.ca_cert;
+    e.max_retries = o.max_retries;
+    e.read_timeout_s = o.timeout;
+    e.total_timeout_s = o.timeout;
+    validate_endpoint(e);
+    eps.push_back(std::move(e));
+  }
+  if (!url_of.empty())
+    throw UsageError("--endpoint '" + url_of.begin()->first + "=...': the baseline has no endpoint with that label");
+  return eps;
+}
+
+int run_canary(const CanaryOptions& o) {
+  namespace fs = std::filesystem;
+  const std::string file = baseline_file(o.baseline);
+  const AuditReport baseline = from_json(read_file(file, "--baseline report"), file);  // its digest is checked by the replay
+  PlanOptions plan = plan_from_report(baseline);
+  if (o.given("--threads")) {
+    if (!o.quiet && plan.threads != o.engine.thread_count())
+      std::fprintf(stderr, "note: --threads %d replaces the baseline's %d (a deliberate change under test)\n",
+                   o.engine.thread_count(), plan.threads);
+    plan.threads = o.engine.thread_count();
+  }
+  const nlohmann::json& env = baseline.environment;
+  const bool remote = env.is_object() && env.contains("endpoints");
+  std::vector<EndpointSpec> endpoints;
+  std::unique_ptr<Model> model;
+  std::string model_path;
+  EngineSetup setup;
+  if (remote) {
+    if (o.given("--model") || o.given("--device") || o.given("--precision"))
+      throw UsageError("--model, --device and --precision set the local engine; the baseline audited endpoints");
+    endpoints = recorded_endpoints(o, env["endpoints"]);
+    validate_plan(plan, -1);
+  } else {
+    if (!o.endpoints.empty()) throw UsageError("--endpoint: the baseline audited the local engine, not endpoints");
+    model_path = o.engine.model();
+    if (model_path.empty() && env.contains("model") && env["model"].is_object()) model_path = env["model"].value("path", "");
+    if (model_path.empty()) model_path = default_model_path();
+    if (env.contains("engine") && env["engine"].is_object()) {
+      setup.device = parse_device(env["engine"].value("device", "cpu"), "--baseline: engine.device");
+      setup.precision = parse_precision(env["engine"].value("precision", "f32"), "--baseline: engine.precision");
+    }
+    if (o.given("--device")) setup.device = o.engine.device_value();
+    if (o.given("--precision")) setup.precision = o.engine.precision_value();
+    model = load_model(model_path, o.engine.tokenizer);
+    validate_plan(plan, model->config.context_length);
+  }
+
+  AuditReport report;
+  CanaryResult result;
+  ReplayJob job;
+  job.report = &report;
+  job.plan = &plan;
+  job.model = model.get();
+  job.model_path = model_path;
+  job.engine = setup;
+  job.endpoints = &endpoints;
+  job.out_dir = o.out;
+  job.baseline = file;
+  job.quiet = o.quiet;
+  job.after_analysis = [&](AuditReport& r) {
+    result = classify_canary(baseline, r);
+    return static_cast<int>(result.level);
+  };
+  int code = replay_and_report(job);
+  if (o.out != "-") {
+    nlohmann::json j = {{"level", canary_level_name(result.level)},
+                        {"baseline", file},
+                        {"cases_compared", result.cases_compared},
+                        {"token_drift", result.token_drift},
+                        {"answer_drift", result.answer_drift},
+                        {"answer_preserving", result.answer_preserving},
+                        {"bit_drift", result.bit_drift},
+                        {"alarms", result.alarms}};
+    std::string path = (fs::path(o.out) / "canary.json").string();
+    write_file_atomic(path, j.dump(2) + "\n");
+  }
+  std::fputs(canary_text(result).c_str(), o.out == "-" ? stderr : stdout);
+  return code;
+}
+
+}  // namespace
+
+void setup_canary(CLI::App& parent, Runner& runner) {
+  auto o = std::make_shared<CanaryOptions>();
+  auto* s = parent.add_subcommand(
+      "canary", "Re-run a baseline's plan and classify it GREEN (identical), YELLOW (bit-level or answer-preserving "
+                "drift) or RED (token/answer drift, model changed); exit 0/1/2");
+  o->app = s;
+  s->add_option("--baseline", o->baseline, "The baseline: a run's --out directory or its report.json")->required();
+  s->add_option("--out", o->out, "Report directory of the rerun ('-' = stdout); canary.json is written there too")
+      ->capture_default_str();
+  EngineFlagSpec spec;
+  spec.mode = false;
+  spec.model_help = "Model file instead of the baseline's recorded path (local baselines)";
+  add_engine_flags(*s, o->engine, spec);
+  s->add_option("--endpoint", o->endpoints, "LABEL=URL: the URL of the baseline's endpoint LABEL (repeatable)");
+  s->add_option("--api-key-env", o->api_key_env, "Environment variable holding the API key")->capture_default_str();
+  s->add_option("--api-key-file", o->api_key_file, "File holding the API key (instead of the environment)");
+  s->add_option("--ca-cert", o->ca_cert, "PEM bundle to verify the endpoints' TLS certificates");
+  s->add_option("--extra-body", o->extra_body, "JSON object merged into every request (not recorded in reports)");
+  s->add_option("--max-retries", o->max_retries, "Retries after a failed attempt")->capture_default_str();
+  s->add_option("--timeout", o->timeout, "Seconds one attempt may take, end to end")->capture_default_str();
+  s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary (the canary lines are still printed)");
+  s->callback([&runner, o] { runner = [o] { return run_canary(*o); }; });
+}
+
+}  // namespace repro::cli

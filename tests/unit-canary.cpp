@@ -1,0 +1,157 @@
+// `repro-audit canary`: the classification rules on analysed reports, and end to end through the
+// real binary: GREEN on an unchanged rerun, YELLOW on a bit-level change, RED on another model file,
+// exit codes and bad input.
+// ctest-labels: unit
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "repro/audit/canary.hpp"
+#include "repro/common/util.hpp"
+#include "repro/report/report.hpp"
+#include "test_util.hpp"
+
+using namespace repro;
+namespace fs = std::filesystem;
+
+namespace {
+std::string env(const fs::path& dir) { return "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' "; }
+test::CmdResult cli(const fs::path& dir, const std::string& args) {
+  return test::run_shell("cd '" + dir.string() + "' && " + env(dir) + "'" + test::binary() + "' " + args);
+}
+nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p.string())); }
+
+// A one-case report with the given token outputs (cluster hashes) and answers.
+AuditReport one_case(std::vector<std::string> hashes, std::vector<std::string> answers = {}) {
+  AuditReport r;
+  r.summary.verdict = "reproducible";
+  CaseResult c;
+  c.prompt_id = "p1";
+  c.decoding_id = "greedy";
+  c.mode = "default";
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    Cluster k;
+    k.hash = hashes[i];
+    if (!answers.empty()) k.answer = answers[i];
+    c.clusters.push_back(k);
+  }
+  if (!answers.empty()) c.tara = answers.size() == 1;
+  r.cases.push_back(c);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("canary rules: identical is GREEN; token drift RED; answer-preserving YELLOW; answer drift RED") {
+  CHECK(classify_canary(one_case({"a"}), one_case({"a"})).level == CanaryLevel::Green);
+  auto tok = classify_canary(one_case({"a"}), one_case({"b"}));
+  CHECK(tok.level == CanaryLevel::Red);
+  CHECK(tok.token_drift == 1);
+  REQUIRE(tok.alarms.size() == 1);
+  CHECK(tok.alarms[0].rfind("RED case p1 [greedy] default: token outputs changed", 0) == 0);
+  auto same_answer = classify_canary(one_case({"a"}, {"42"}), one_case({"a", "b"}, {"42", "42"}));
+  CHECK(same_answer.level == CanaryLevel::Yellow);
+  CHECK(same_answer.answer_preserving == 1);
+  auto other_answer = classify_canary(one_case({"a"}, {"42"}), one_case({"b"}, {"41"}));
+  CHECK(other_answer.level == CanaryLevel::Red);
+  CHECK(other_answer.answer_drift == 1);
+  // a case missing from the rerun, or a rerun that failed, vouches for nothing
+  AuditReport none = one_case({});
+  none.cases.clear();
+  CHECK(classify_canary(one_case({"a"}), none).level == CanaryLevel::Red);
+  AuditReport failed = one_case({"a"});
+  failed.summary.verdict = "errors";
+  CHECK(classify_canary(one_case({"a"}), failed).level == CanaryLevel::Red);
+}
+
+TEST_CASE("canary rules: served model and system_fingerprint changes are RED; endpoint noise is not bit drift") {
+  AuditReport a = one_case({"a"}), b = one_case({"a"});
+  a.environment["endpoints"] = nlohmann::json::array();
+  b.environment = a.environment;
+  Completion ca;
+  ca.prompt_id = "p1";
+  ca.decoding_id = "greedy";
+  ca.mode = "default";
+  ca.tokens = {1, 2};
+  ca.logprobs = {-0.5f, -0.25f};
+  ca.system_fingerprint = "fp_1";
+  Completion cb = ca;
+  cb.logprobs[1] = -0.2500001f;  // other bits, same tokens
+  a.completions = {ca};
+  b.completions = {cb};
+  a.cases[0].bit_unique = 2;     // the endpoint was already bit-divergent in the baseline
+  CHECK(classify_canary(a, b).level == CanaryLevel::Green);
+  a.cases[0].bit_unique = 1;     // ... or not: then other bits are drift
+  auto bits = classify_canary(a, b);
+  CHECK(bits.level == CanaryLevel::Yellow);
+  CHECK(bits.bit_drift == 1);
+  b.completions[0].system_fingerprint = "fp_2";
+  auto fp = classify_canary(a, b);
+  CHECK(fp.level == CanaryLevel::Red);
+  CHECK(canary_text(fp).find("RED default system_fingerprint: fp_1 -> fp_2") != std::string::npos);
+}
+
+TEST_CASE("canary end to end: GREEN unchanged, YELLOW on other bits, RED on another model file") {
+  auto dir = test::scratch_dir("canary");
+  REQUIRE(cli(dir, "model synth --out m.gguf --seed 1 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
+  auto base = cli(dir, "run --model m.gguf --max-tokens 6 --batch-sizes 1,4 --quiet --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+
+  auto green = cli(dir, "canary --baseline base --quiet --out green");
+  INFO(green.output);
+  CHECK(green.code == 0);
+  CHECK(green.output.find("canary GREEN") != std::string::npos);
+  auto gj = read_json(dir / "green" / "canary.json");
+  CHECK(gj["level"] == "GREEN");
+  CHECK(gj["cases_compared"].get<int>() > 0);
+  CHECK(fs::exists(dir / "green" / "report.json"));
+  CHECK(load_report((dir / "green" / "report.json").string()).baseline.has_value());
+
+  // The same baseline with one default-mode completion's recorded logprob moved by one ulp, tokens
+  // kept: the rerun's bits differ from it in exactly that context.
+  fs::create_directories(dir / "edited");
+  nlohmann::json rj = read_json(dir / "base" / "report.json");
+  bool edited = false;
+  for (auto& c : rj["completions"])
+    if (!edited && c["mode"] == "default" && !c["logprobs"].empty()) {
+      float x = c["logprobs"][0].get<float>();
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      u ^= 1u;
+      std::memcpy(&x, &u, 4);
+      c["logprobs"][0] = x;
+      edited = true;
+    }
+  REQUIRE(edited);
+  std::ofstream(dir / "edited" / "report.json") << rj.dump(2);
+  auto yellow = cli(dir, "canary --baseline edited/report.json --quiet --out yellow");
+  INFO(yellow.output);
+  CHECK(yellow.code == 1);
+  CHECK(yellow.output.find("canary YELLOW") != std::string::npos);
+  CHECK(yellow.output.find("YELLOW default: 1 completion(s) with the same tokens but other bits") != std::string::npos);
+  CHECK(yellow.output.find("edited after it was written") != std::string::npos);  // the digest check still warns
+
+  // Another model file at the recorded path.
+  REQUIRE(cli(dir, "model synth --out m.gguf --seed 2 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
+  auto red = cli(dir, "canary --baseline base/report.json --quiet --out red");
+  INFO(red.output);
+  CHECK(red.code == 2);
+  CHECK(red.output.find("canary RED") != std::string::npos);
+  CHECK(red.output.find("RED model digest ") != std::string::npos);
+  CHECK(read_json(dir / "red" / "canary.json")["level"] == "RED");
+}
+
+TEST_CASE("canary: bad input exits 2 with one line naming the flag and the fix") {
+  auto dir = test::scratch_dir("canary-bad");
+  auto r = cli(dir, "canary");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--baseline") != std::string::npos);
+  fs::create_directories(dir / "empty");
+  r = cli(dir, "canary --baseline empty");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: --baseline 'empty': no report.json in that directory") != std::string::npos);
+  r = cli(dir, "canary --baseline nothing.json");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("nothing.json") != std::string::npos);
+}
