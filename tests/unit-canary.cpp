@@ -1,5 +1,6 @@
 // `repro-audit canary`: the classification rules on analysed reports, and end to end through the
-// real binary: GREEN on an unchanged rerun, YELLOW on a bit-level change, RED on another model file,
+// real binary: GREEN on an unchanged rerun, YELLOW on a bit-level change (a baseline whose recorded
+// bits differ in one context), RED on another model file,
 // exit codes and bad input.
 // ctest-labels: unit
 #include <doctest/doctest.h>
@@ -94,7 +95,7 @@ TEST_CASE("canary rules: served model and system_fingerprint changes are RED; en
 TEST_CASE("canary end to end: GREEN unchanged, YELLOW on other bits, RED on another model file") {
   auto dir = test::scratch_dir("canary");
   REQUIRE(cli(dir, "model synth --out m.gguf --seed 1 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
-  auto base = cli(dir, "run --model m.gguf --max-tokens 6 --batch-sizes 1,4 --quiet --out base");
+  auto base = cli(dir, "run --model m.gguf --max-tokens 6 --quiet --out base");
   INFO(base.output);
   REQUIRE(base.code == 0);
 
