@@ -1,8 +1,8 @@
 // `repro-audit canary`: the classification rules on analysed reports, and end to end through the
 // real binary: GREEN on an unchanged rerun, YELLOW on a bit-level change (a baseline whose recorded
 // bits differ in one context), RED on another model file,
-// exit codes and bad input.
-// ctest-labels: unit
+// exit codes and bad input; against `serve` on loopback: GREEN, then RED when the served model changes.
+// ctest-labels: unit remote
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -10,7 +10,9 @@
 
 #include "repro/audit/canary.hpp"
 #include "repro/common/util.hpp"
+#include "repro/engine/engine.hpp"
 #include "repro/report/report.hpp"
+#include "repro/serve/server.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -155,4 +157,48 @@ TEST_CASE("canary: bad input exits 2 with one line naming the flag and the fix")
   r = cli(dir, "canary --baseline nothing.json");
   CHECK(r.code == 2);
   CHECK(r.output.find("nothing.json") != std::string::npos);
+}
+
+TEST_CASE("canary against serve on loopback: GREEN on the same server, RED when the model behind the name changes") {
+  auto dir = test::scratch_dir("canary-remote");
+  const std::string synth = "model synth --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2 ";
+  REQUIRE(cli(dir, synth + "--seed 1 --out m1.gguf").code == 0);
+  REQUIRE(cli(dir, synth + "--seed 2 --out m2.gguf").code == 0);
+  const std::string key = "sk-canary-NEVER-IN-OUTPUT-77aa";
+  auto m1 = load_model((dir / "m1.gguf").string());
+  ServerOptions so;
+  so.port = 0;
+  so.api_key = key;
+  so.model_name = "house-model";
+  auto server = std::make_unique<Server>(*m1, EngineOptions{Mode::BatchInvariant, 1}, so);
+  server->start();
+  const std::string k = "CANARY_KEY='" + key + "' ";
+  auto base = test::run_shell("cd '" + dir.string() + "' && " + k + "'" + test::binary() +
+                              "' run --quiet --endpoint inv=" + server->url() +
+                              " --api-model house-model --api completions --api-key-env CANARY_KEY --concurrency 1,4"
+                              " --repeats 2 --max-tokens 8 --prompt 'Once upon a time' --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+  auto green = test::run_shell("cd '" + dir.string() + "' && " + k + "'" + test::binary() +
+                               "' canary --baseline base --api-key-env CANARY_KEY --quiet --out green");
+  INFO(green.output);
+  CHECK(green.code == 0);
+  CHECK(green.output.find("canary GREEN") != std::string::npos);
+  server->stop();
+
+  // Another model file served under the same name, at another port.
+  auto m2 = load_model((dir / "m2.gguf").string());
+  server = std::make_unique<Server>(*m2, EngineOptions{Mode::BatchInvariant, 1}, so);
+  server->start();
+  auto red = test::run_shell("cd '" + dir.string() + "' && " + k + "'" + test::binary() +
+                             "' canary --baseline base --endpoint inv=" + server->url() +
+                             " --api-key-env CANARY_KEY --quiet --out red");
+  INFO(red.output);
+  CHECK(red.code == 2);
+  CHECK(red.output.find("RED inv system_fingerprint: ") != std::string::npos);
+  server->stop();
+  // the key reached no file
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() != ".gguf")
+      CHECK(read_file(e.path().string()).find(key) == std::string::npos);
 }
