@@ -197,15 +197,17 @@ void Scheduler::loop() {
       bind();
       continue;
     }
-    int64_t done_now = 0;
+    // The stats are updated before the results are delivered: a client that has its answer sees
+    // its request counted in /health and stats() (no window where it is done but not completed).
+    std::vector<std::pair<std::shared_ptr<Job>, GenResult>> results;
     for (int h : finished) {
       auto it = running.find(h);
       GenResult r = engine_->take_result(h);
       if (it == running.end()) continue;
-      finish(it->second, std::move(r));
+      results.emplace_back(it->second, std::move(r));
       running.erase(it);
-      ++done_now;
     }
+    const auto done_now = static_cast<int64_t>(results.size());
     {
       std::lock_guard<std::mutex> lk(mu_);
       st_.joined_running += joined;
@@ -216,6 +218,7 @@ void Scheduler::loop() {
       st_.active = engine_->active();
       st_.tokens = engine_->generated_tokens();
     }
+    for (auto& [job, r] : results) finish(job, std::move(r));
     if (on_step_) on_step_(batch);
   }
   std::lock_guard<std::mutex> lk(mu_);
