@@ -83,11 +83,15 @@ bool looks_like_html(const std::string& content_type, const std::string& body) {
 }
 
 // The models URL beside the completions URL: .../v1/chat/completions -> .../v1/models.
+// The query of the completions URL is kept (http://h/v1/chat/completions?api-version=X ->
+// http://h/v1/models?api-version=X).
 std::string models_url(const std::string& completions_url) {
-  std::string u = completions_url.substr(0, completions_url.find('?'));
+  const size_t q = completions_url.find('?');
+  std::string u = completions_url.substr(0, q),
+              query = q == std::string::npos ? "" : completions_url.substr(q);
   for (const char* tail : {"/chat/completions", "/completions"})
     if (u.size() >= std::strlen(tail) && u.compare(u.size() - std::strlen(tail), std::string::npos, tail) == 0)
-      return u.substr(0, u.size() - std::strlen(tail)) + "/models";
+      return u.substr(0, u.size() - std::strlen(tail)) + "/models" + query;
   return {};
 }
 

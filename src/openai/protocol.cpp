@@ -14,14 +14,16 @@
 //   tgi: top_p is sent only when < 1 and temperature only when > 0 (TGI rejects top_p=1, T=0).
 //   top_k: sent when > 0, except azure (UsageError: not an Azure OpenAI parameter).
 //   extra_body: JSON merge patch applied last (a null value removes a field).
+#include "repro/openai/protocol.hpp"
+
 #include <strings.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ctime>
 
 #include "repro/common/error.hpp"
-#include "repro/openai/protocol.hpp"
 
 namespace repro {
 
@@ -74,13 +76,21 @@ EndpointSpec parse_endpoint_arg(const std::string& arg) {
   if (!starts_with(url, "http://") && !starts_with(url, "https://"))
     throw UsageError("--endpoint '" + redact_url(arg) +
                      "': the URL must start with http:// or https://, e.g. http://127.0.0.1:8000/v1");
-  while (ends_with(url, "/")) url.pop_back();
+  {  // trailing slashes of the path (before any query) carry no meaning
+    size_t q = url.find_first_of("?#");
+    std::string path = url.substr(0, q), rest = q == std::string::npos ? "" : url.substr(q);
+    while (ends_with(path, "/") && !ends_with(path, "//")) path.pop_back();
+    url = path + rest;
+  }
   spec.url = url;
   if (spec.label.empty()) spec.label = redact_url(url);
   return spec;
 }
 
-std::string redact_url(const std::string& url) {
+namespace {
+
+// redact_url, and the values it replaced (for url_secrets).
+std::string redact_url_collect(const std::string& url, std::vector<std::string>* found) {
   std::string out = url;
   size_t s = out.find("://");
   if (s != std::string::npos) {
@@ -88,7 +98,15 @@ std::string redact_url(const std::string& url) {
     size_t host_end = out.find_first_of("/?#", host_start);
     if (host_end == std::string::npos) host_end = out.size();
     size_t at = host_end > host_start ? out.rfind('@', host_end - 1) : std::string::npos;
-    if (at != std::string::npos && at >= host_start) out = out.substr(0, host_start) + "[REDACTED]@" + out.substr(at + 1);
+    if (at != std::string::npos && at >= host_start) {
+      if (found) {
+        std::string userinfo = out.substr(host_start, at - host_start);
+        found->push_back(userinfo);
+        if (size_t colon = userinfo.find(':'); colon != std::string::npos)
+          found->push_back(userinfo.substr(colon + 1));
+      }
+      out = out.substr(0, host_start) + "[REDACTED]@" + out.substr(at + 1);
+    }
   }
   // Query (and fragment) parameters whose name looks like a credential.
   size_t q = out.find_first_of("?#");
@@ -111,12 +129,47 @@ std::string redact_url(const std::string& url) {
       if (lower == n || (lower.size() > std::strlen(n) && lower.compare(lower.size() - std::strlen(n) - 1, std::string::npos,
                                                                           std::string("_") + n) == 0))
         secret = true;
-    if (secret && eq != std::string::npos) part = name + "=[REDACTED]";
+    if (secret && eq != std::string::npos) {
+      if (found && eq + 1 < part.size()) found->push_back(part.substr(eq + 1));
+      part = name + "=[REDACTED]";
+    }
     res += part;
     if (end < out.size()) res += out[end];
     i = end + 1;
   }
   return res;
+}
+
+}  // namespace
+
+std::string redact_url(const std::string& url) {
+  return redact_url_collect(url, nullptr);
+}
+
+std::vector<std::string> url_secrets(const std::string& url) {
+  std::vector<std::string> found;
+  redact_url_collect(url, &found);
+  return found;
+}
+
+std::vector<std::string> endpoint_secrets(const std::vector<EndpointSpec>& endpoints) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& v) {
+    if (v.size() >= kMinSecretLength && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  };
+  for (const auto& e : endpoints) {
+    add(e.api_key);
+    for (const auto& v : url_secrets(e.url)) add(v);
+  }
+  // Longest first: a secret that contains another is replaced whole.
+  std::sort(out.begin(), out.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  return out;
+}
+
+std::string scrub_secrets(std::string s, const std::vector<std::string>& secrets) {
+  for (const auto& k : secrets) s = scrub_secret(std::move(s), k);
+  return s;
 }
 
 std::string scrub_secret(std::string s, const std::string& secret) {
@@ -181,15 +234,26 @@ json build_request_body(const EndpointSpec& spec, const RequestParams& p) {
 HttpRequestSpec build_request(const EndpointSpec& spec, const RequestParams& p) {
   HttpRequestSpec r;
   const bool chat = spec.api == "chat";
-  std::string base = spec.url;
+  // The API path goes after the base URL's path and before its query, which is kept
+  // (http://h/v1?api-version=X -> http://h/v1/chat/completions?api-version=X); a fragment is dropped.
+  std::string base = spec.url.substr(0, spec.url.find('#'));
+  std::string query;
+  if (size_t q = base.find('?'); q != std::string::npos) {
+    query = base.substr(q + 1);
+    base.resize(q);
+  }
   while (ends_with(base, "/")) base.pop_back();
   const char* tail = chat ? "/chat/completions" : "/completions";
   if (spec.provider == Provider::azure) {
     if (ends_with(base, "/openai")) base.resize(base.size() - 7);
-    r.url = base + "/openai/deployments/" + spec.api_model + tail + "?api-version=" + spec.azure_api_version;
+    base += "/openai/deployments/" + spec.api_model + tail;
+    // The URL's own api-version wins over the preset's.
+    const bool has_version = ("&" + query).find("&api-version=") != std::string::npos;
+    if (!has_version) query = "api-version=" + spec.azure_api_version + (query.empty() ? "" : "&" + query);
   } else {
-    r.url = base + (ends_with(base, "/v1") ? "" : "/v1") + tail;
+    base += std::string(ends_with(base, "/v1") ? "" : "/v1") + tail;
   }
+  r.url = query.empty() ? base : base + "?" + query;
   r.headers.push_back("Content-Type: application/json");
   r.headers.push_back(spec.stream ? "Accept: text/event-stream" : "Accept: application/json");
   r.headers.push_back("Expect:");
