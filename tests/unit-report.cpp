@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <filesystem>
 
 #include "repro/audit/analysis.hpp"
 #include "repro/common/error.hpp"
+#include "repro/openai/protocol.hpp"
 #include "repro/report/report.hpp"
+#include "repro/report/schema.hpp"
 #include "repro/common/util.hpp"
 #include "test_util.hpp"
 
@@ -123,6 +126,32 @@ TEST_CASE("the fixture analyses as designed") {
   CHECK(r.cases[0].unique == 2);
   CHECK(r.cases[1].bit_divergent);
   CHECK(r.cases[0].clusters[1].first_divergence_token == 3);
+}
+
+TEST_CASE("rewrite_strings reaches every string the report stores, in every format") {
+  // Every string of the schema (read from the analysed fixture's JSON, so a field added to the
+  // schema is covered without touching this test) and every key of the free-form blocks holds the
+  // secret; after one rewrite no writer shows it.
+  const std::string secret = "SECRET-7f3a";
+  nlohmann::json j = to_json_value(small_report());
+  std::function<void(nlohmann::json&)> plant = [&](nlohmann::json& v) {
+    if (v.is_string()) v = v.get<std::string>() + secret;
+    else if (v.is_array() || v.is_object())
+      for (auto& e : v) plant(e);
+  };
+  for (auto& [k, v] : j.items())
+    if (k != "schema" && k != "digests") plant(v);
+  j["environment"]["nested-" + secret] = {{"key-" + secret, {secret}}};
+  j["plan"]["x-" + secret] = secret;
+  j["baseline"] = {{"file", "golden-" + secret + ".json"}, {"changes", {secret}}, {"config_changes", {secret}}};
+  AuditReport r = from_json(j.dump(), "planted.json");
+  r.prompts["id-" + secret] = "text " + secret;
+  REQUIRE(to_json(r).find(secret) != std::string::npos);
+  rewrite_strings(r, [&](const std::string& s) { return scrub_secret(s, secret); });
+  for (const std::string& out : {to_json(r), to_markdown(r), to_html(r), to_junit(r), to_terminal(r)}) {
+    CHECK(out.find(secret) == std::string::npos);
+    CHECK(out.find("[REDACTED]") != std::string::npos);
+  }
 }
 
 TEST_CASE("JSON writer: expected output, schema, digest, round trip") {

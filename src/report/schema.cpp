@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <concepts>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -458,6 +459,60 @@ void read_value(const json& j, T& out) {
   }
 }
 
+// ============================================================================ values: rewriting strings
+
+using StringFn = std::function<std::string(const std::string&)>;
+
+void rewrite_json(json& j, const StringFn& f) {
+  if (j.is_string()) {
+    j = f(j.get_ref<const std::string&>());
+  } else if (j.is_array()) {
+    for (auto& e : j) rewrite_json(e, f);
+  } else if (j.is_object()) {
+    json out = json::object();
+    for (auto& [k, v] : j.items()) {
+      rewrite_json(v, f);
+      out[f(k)] = std::move(v);
+    }
+    j = std::move(out);
+  }
+}
+
+// Walks the same field lists as Writer and Reader: every string of every described structure.
+struct Rewriter {
+  const StringFn& f;
+  template <class M>
+  void operator()(const char*, M& m, unsigned = kPlain) {
+    rw(m);
+  }
+  template <class M>
+  void only_if(bool, const char*, M& m) {
+    rw(m);
+  }
+  void rw(std::string& s) { s = f(s); }
+  void rw(json& j) { rewrite_json(j, f); }
+  template <class T>
+  requires std::is_arithmetic_v<T>
+  void rw(T&) {}
+  template <class T>
+  void rw(std::optional<T>& o) {
+    if (o) rw(*o);
+  }
+  template <class T>
+  void rw(std::vector<T>& v) {
+    for (auto& x : v) rw(x);
+  }
+  void rw(std::map<std::string, std::string>& m) {
+    std::map<std::string, std::string> out;
+    for (auto& [k, v] : m) out[f(k)] = f(v);
+    m = std::move(out);
+  }
+  template <Described T>
+  void rw(T& x) {
+    describe(*this, x);
+  }
+};
+
 // A digest recorded by the runner in the environment, as environment[key], environment[obj].sha256
 // or environment.digests[key] (src/audit/provenance.cpp), the first one present.
 void copy_digest(const json& env, json& digests, const char* out, const char* key, const char* obj) {
@@ -497,6 +552,19 @@ void to_json(json& j, const AuditReport& v) {
   copy_digest(v.environment, digests, "model_sha256", "model_sha256", "model");
   copy_digest(v.environment, digests, "profile_sha256", "profile_sha256", "profile");
   j["digests"] = std::move(digests);
+}
+
+void rewrite_strings(json& j, const std::function<std::string(const std::string&)>& f) {
+  rewrite_json(j, f);
+}
+void rewrite_strings(Completion& c, const std::function<std::string(const std::string&)>& f) {
+  Rewriter r{f};
+  r.rw(c);
+}
+void rewrite_strings(AuditReport& report, const std::function<std::string(const std::string&)>& f) {
+  Rewriter r{f};
+  r.rw(report);
+  for (auto& c : report.cases) c.prompt_text = f(c.prompt_text);  // a copy of prompts[prompt_id]
 }
 
 void from_json(const json& j, DecodingConfig& v) { read_value(j, v); }

@@ -9,7 +9,9 @@
 // UsageError "<path>: expected <type>" (e.g. "cases[0].n: expected an integer"). Numbers that are not
 // finite are written as null; a null logprob reads back as -inf. Unknown fields are ignored.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "repro/audit/result.hpp"
 
@@ -28,6 +30,14 @@ void to_json(nlohmann::json& j, const Summary& v);
 // The whole report document, with digests.prompts_sha256 / model_sha256 / profile_sha256 but without
 // digests.report_sha256 (see repro/report/canonical.hpp for that one).
 void to_json(nlohmann::json& j, const AuditReport& v);
+
+// Every string the report stores passed through `f`: every field of the schema's field lists, list
+// entries, map keys and values, and every string and object key inside the free-form blocks (plan,
+// environment). The one pass that keeps secrets out of every format and the checkpoint (`run` applies
+// it with the endpoints' secrets before anything is written).
+void rewrite_strings(AuditReport& report, const std::function<std::string(const std::string&)>& f);
+void rewrite_strings(Completion& c, const std::function<std::string(const std::string&)>& f);
+void rewrite_strings(nlohmann::json& j, const std::function<std::string(const std::string&)>& f);
 
 void from_json(const nlohmann::json& j, DecodingConfig& v);
 void from_json(const nlohmann::json& j, Completion& v);
