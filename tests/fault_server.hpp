@@ -14,10 +14,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,9 @@ struct FaultServerOptions {
   bool empty_content = false;       // 200 with an empty completion text and no tokens
   bool vary_per_request = false;    // every request gets a different text (nondeterminism, no load needed)
   int fail_of_5 = 0;                // POST n (from 0) with n % 5 >= 5 - fail_of_5 gets a 500 (the first ones pass)
+  // Echo the received API key in "id", "model" and "system_fingerprint" with every character
+  // written as a JSON \u escape: the raw body never contains the key, the parsed strings do.
+  bool echo_key_escaped = false;
 };
 
 struct SeenRequest {
@@ -371,10 +375,25 @@ class FaultServer {
     const int load = opt_.vary_with_load ? current.load() : opt_.vary_per_request ? nth + 1 : 0;
     std::vector<int> ids = reply_ids(prompt, seed, temperature > 0, max_tokens, load);
     if (opt_.empty_content) ids.clear();
-    const std::string model = body.value("model", std::string("fault-model"));
-    const std::string id = "cmpl-" + std::to_string(requests.load());
+    const bool echo = opt_.echo_key_escaped;
+    const std::string model = echo ? kEcho : body.value("model", std::string("fault-model"));
+    const std::string id = echo ? "cmpl-" + kEcho : "cmpl-" + std::to_string(requests.load());
     const int64_t created = 1700000000;
-    const std::string fp = "fp_fault_" + std::to_string(load);
+    const std::string fp = echo ? "fp_" + kEcho : "fp_fault_" + std::to_string(load);
+    std::string key = req.get_header_value("Authorization");
+    if (key.rfind("Bearer ", 0) == 0) key = key.substr(7);
+    std::string escaped;
+    for (unsigned char c : key) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      escaped += b;
+    }
+    auto echoed = [echo, escaped](std::string text) {
+      if (!echo) return text;
+      for (size_t p = 0; (p = text.find(kEcho, p)) != std::string::npos; p += escaped.size())
+        text.replace(p, kEcho.size(), escaped);
+      return text;
+    };
 
     if (!stream) {
       nlohmann::json choice = {{"index", 0}, {"finish_reason", "length"}};
@@ -401,7 +420,7 @@ class FaultServer {
                           {"created", created}, {"model", model}, {"system_fingerprint", fp},
                           {"choices", nlohmann::json::array({choice})},
                           {"usage", {{"prompt_tokens", 3}, {"completion_tokens", ids.size()}, {"total_tokens", 3 + ids.size()}}}};
-      res.set_content(r.dump(), "application/json");
+      res.set_content(echoed(r.dump()), "application/json");
       return;
     }
 
@@ -422,7 +441,7 @@ class FaultServer {
       nlohmann::json ev = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                            {"created", created}, {"model", model}, {"system_fingerprint", fp},
                            {"choices", nlohmann::json::array({choice})}};
-      events.push_back("data: " + ev.dump() + nl + nl);
+      events.push_back("data: " + echoed(ev.dump()) + nl + nl);
       if (i == 0) events.push_back(": keep-alive comment" + nl + nl);
     }
     if (f == Fault::stream_error)
@@ -459,6 +478,7 @@ class FaultServer {
         [this](bool) { --current; });
   }
 
+  static inline const std::string kEcho = "@ECHO-KEY@";
   FaultServerOptions opt_;
   std::unique_ptr<httplib::Server> svr_;
   std::thread thread_;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace repro::test {
@@ -46,6 +48,21 @@ inline CmdResult run_shell(const std::string& cmd) {
 }
 // Runs `repro-audit ARGS` through the shell.
 inline CmdResult run_cli(const std::string& args) { return run_shell("'" + binary() + "' " + args); }
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+// Every regular file below `dir`, concatenated (to search all outputs of a run for a secret).
+inline std::string slurp_dir(const std::filesystem::path& dir) {
+  std::string all;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) all += slurp(e.path());
+  return all;
+}
 
 }  // namespace repro::test
 

@@ -1,7 +1,8 @@
 // ctest-labels: unit remote
 // The remote client against hostile servers on loopback (tests/fault_server.hpp): endless streams,
 // servers that drip bytes, keys echoed near the cut of an error message, keys that would inject
-// headers, and credentials in endpoint URLs.
+// headers, keys echoed JSON-escaped in response fields, credentials in endpoint URLs and URLs with a
+// query string.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -10,9 +11,10 @@
 #include <sstream>
 
 #include "fault_server.hpp"
-#include "repro/common/error.hpp"
 #include "repro/audit/remote_probe.hpp"
+#include "repro/common/error.hpp"
 #include "repro/remote/client.hpp"
+#include "repro/report/report.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -43,17 +45,6 @@ RemoteProbe probe_of(const std::string& prompt) {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::string slurp_dir(const fs::path& dir) {
-  std::string all;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) {
-      std::ifstream in(e.path(), std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      all += ss.str();
-    }
-  return all;
-}
 
 }  // namespace
 
@@ -166,7 +157,87 @@ TEST_CASE("credentials in endpoint URLs are redacted in every output") {
   CHECK(r.output.find("api_key=[REDACTED]") != std::string::npos);
   CHECK(r.output.find(secret) == std::string::npos);
   CHECK(r.output.find(secret2) == std::string::npos);
-  std::string files = slurp_dir(dir);
+  std::string files = test::slurp_dir(dir);
   CHECK(files.find(secret) == std::string::npos);
   CHECK(files.find(secret2) == std::string::npos);
+}
+
+TEST_CASE(
+    "a server echoing the key JSON-escaped in id, model and system_fingerprint gets it into no output") {
+  const std::string key = "sk-echo-NEVER-IN-REPORT-4d2c1b";
+  test::FaultServerOptions fo;
+  fo.expected_key = key;
+  fo.echo_key_escaped = true;
+  FaultServer srv(fo);
+  for (const char* mode : {"", " --stream"}) {
+    CAPTURE(mode);
+    auto dir = test::scratch_dir(std::string("remote-echo-key") + (*mode ? "-stream" : ""));
+    auto r = test::run_shell(
+        "REPRO_TEST_ECHO_KEY='" + key + "' '" + test::binary() + "' run --endpoint e=" + srv.url() +
+        "/v1 --api-model m --api-key-env REPRO_TEST_ECHO_KEY --max-retries 0 --concurrency 1 -n 2"
+        " --prompt hi --max-tokens 3 --verbose" +
+        mode + " --out '" + dir.string() + "'");
+    CAPTURE(r.output);
+    CHECK(r.code == 0);
+    CHECK(r.output.find(key) == std::string::npos);
+    // Every format (json, md, html, junit) and nothing else holds the key; the fields were redacted.
+    std::string files = test::slurp_dir(dir);
+    CHECK(files.find(key) == std::string::npos);
+    AuditReport rep = load_report((dir / "report.json").string());
+    REQUIRE(!rep.completions.empty());
+    for (const auto& c : rep.completions) {
+      CHECK(c.error.empty());
+      CHECK(c.response_id == "cmpl-[REDACTED]");
+      CHECK(c.response_model == "[REDACTED]");
+      CHECK(c.system_fingerprint == "fp_[REDACTED]");
+    }
+  }
+}
+
+TEST_CASE(
+    "an endpoint URL with a query string: the API path goes before the query, which is kept and redacted") {
+  RequestParams p;
+  p.prompt = "x";
+  p.decoding.id = "g";
+  p.decoding.max_tokens = 1;
+  EndpointSpec e = parse_endpoint_arg("http://h:1/v1/?api-version=2024-01-01");
+  e.api_model = "m";
+  CHECK(build_request(e, p).url == "http://h:1/v1/chat/completions?api-version=2024-01-01");
+  e.api = "completions";
+  CHECK(build_request(e, p).url == "http://h:1/v1/completions?api-version=2024-01-01");
+  EndpointSpec bare = parse_endpoint_arg("http://h:1?x=1#frag");
+  bare.api_model = "m";
+  CHECK(build_request(bare, p).url == "http://h:1/v1/chat/completions?x=1");
+  EndpointSpec az = parse_endpoint_arg("https://r.example.com/openai?foo=1");
+  az.api_model = "dep";
+  az.provider = Provider::azure;
+  CHECK(build_request(az, p).url ==
+        "https://r.example.com/openai/deployments/dep/chat/completions?api-version=" + az.azure_api_version +
+            "&foo=1");
+  az.url = "https://r.example.com?api-version=2099-01-01";
+  CHECK(build_request(az, p).url ==
+        "https://r.example.com/openai/deployments/dep/chat/completions?api-version=2099-01-01");
+
+  // On loopback: the server sees the API path and the query; the secret in the query reaches no output.
+  test::FaultServerOptions fo;
+  fo.models = {"m"};
+  FaultServer srv(fo);
+  auto dir = test::scratch_dir("remote-url-query");
+  const std::string secret = "QUERYSECRET42";
+  auto r = test::run_cli("run --endpoint 'q=" + srv.url() + "/v1?api-version=2024-01-01&api_key=" + secret +
+                         "' --api-model m --max-retries 0 --concurrency 1 -n 1 --no-cache-probe --prompt hi"
+                         " --max-tokens 2 --verbose --out '" +
+                         dir.string() + "'");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  auto seen = srv.seen();
+  REQUIRE(!seen.empty());
+  for (const auto& s : seen) {
+    CHECK(s.path == "/v1/chat/completions");
+    CHECK(s.api_version == "2024-01-01");
+  }
+  CHECK(r.output.find(secret) == std::string::npos);
+  std::string files = test::slurp_dir(dir);
+  CHECK(files.find(secret) == std::string::npos);
+  CHECK(files.find("/v1?api-version=2024-01-01&api_key=[REDACTED]") != std::string::npos);
 }

@@ -20,9 +20,18 @@ nlohmann::json model_identity(const Model& model, const std::string& model_path)
 
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
   nlohmann::json eps = nlohmann::json::array();
-  for (const auto& e : endpoints)
-    eps.push_back({{"label", e.label}, {"url", redact_url(e.url)}, {"api_model", e.api_model}, {"api", e.api},
-                   {"provider", provider_name(e.provider)}, {"stream", e.stream}});
+  for (const auto& e : endpoints) {
+    nlohmann::json r = {{"label", e.label},
+                        {"url", redact_url(e.url)},
+                        {"api_model", e.api_model},
+                        {"api", e.api},
+                        {"provider", provider_name(e.provider)},
+                        {"stream", e.stream}};
+    // The extra body changes every request; its digest (not its text, which may hold secrets) is kept.
+    if (e.extra_body.is_object() && !e.extra_body.empty())
+      r["extra_body_sha256"] = sha256_hex(e.extra_body.dump());
+    eps.push_back(std::move(r));
+  }
   return eps;
 }
 

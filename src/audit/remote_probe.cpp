@@ -86,11 +86,12 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
                                          std::function<void(int done, int total)> progress, RemoteStats* stats) {
   check_args(spec, concurrency, repeats);
   std::vector<Completion> out;
-  if (repeats == 0) return out;
+  const int first = std::max(0, probe.first_repeat);
+  if (repeats <= first) return out;
   RemoteClient client(spec, concurrency + 4);
   const RequestParams pp = probe_params(spec, probe);
 
-  int next_repeat = 0, probes_done = 0;
+  int next_repeat = first, probes_done = first;
   std::function<void()> submit_probe = [&] {
     const int r = next_repeat++;
     client.submit(pp, [&, r](RemoteResult&& res) {
@@ -140,7 +141,8 @@ std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemotePr
   std::vector<Completion> out;
   RemoteClient client(spec, 2);
   const RequestParams pp = probe_params(spec, probe);
-  int done = 0;
+  int done = std::max(0, probe.first_repeat);
+  if (done > warm_repeats) return out;
   std::function<void()> submit = [&] {
     client.submit(pp, [&](RemoteResult&& res) {
       if (res.aborted) return;

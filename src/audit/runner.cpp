@@ -198,6 +198,23 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         probe.seed = dc.seed;
         probe.logprobs = provider_supports_logprobs(ep.provider);
         probe.fillers = fillers;
+        // Requests that finished before an interruption are not sent again (--resume): a level's
+        // probes run one after another, so what finished is a prefix of its repeats.
+        auto finished_prefix = [&](int batch, bool cache, int n) {
+          Completion k;
+          k.prompt_id = probe.prompt_id;
+          k.decoding_id = dc.cfg.id;
+          k.mode = ep.label;
+          k.batch_size = batch;
+          k.seed = dc.seed;
+          int r = 0;
+          for (; r < n; ++r) {
+            k.repeat = r;
+            k.cache_state = !cache ? "" : r == 0 ? "cold" : "warm";
+            if (!done.count(cell_key(k))) break;
+          }
+          return r;
+        };
         auto keep = [&](std::vector<Completion> cs) {
           for (auto& c : cs) {
             c.decoding_id = dc.cfg.id;
@@ -211,15 +228,24 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         if (plan.cache_probe) {
           if (ctl.stop && ctl.stop->load()) break;
           RemoteStats st;
-          keep(run_cache_probe(ep, probe, std::max(1, plan.repeats - 1), ctl.stop, &st));
+          const int warm = std::max(1, plan.repeats - 1);
+          RemoteProbe rest = probe;
+          rest.first_repeat = finished_prefix(1, true, warm + 1);
+          keep(run_cache_probe(ep, rest, warm, ctl.stop, &st));
           per_endpoint[ep.label].merge(st);
           progress.tick(++finished);
         }
         for (int conc : plan.concurrency) {
           if (ctl.stop && ctl.stop->load()) break;
           RemoteStats st;
+          RemoteProbe rest = probe;
+          rest.first_repeat = finished_prefix(conc, false, plan.repeats);
+          if (rest.first_repeat >= plan.repeats) {  // the whole level finished before
+            progress.tick(++finished);
+            continue;
+          }
           auto t0 = Clock::now();
-          auto cs = run_remote_probe(ep, probe, conc, plan.repeats, ctl.stop, nullptr, &st);
+          auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st);
           double secs = std::chrono::duration<double>(Clock::now() - t0).count();
           int64_t toks = 0;
           for (const auto& c : cs) toks += c.completion_tokens > 0 ? c.completion_tokens : 0;

@@ -104,6 +104,115 @@ std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
   return eps;
 }
 
+// ---------------------------------------------------------------- --resume: the same run, or none
+// A resumed run must be the run it continues: same model bytes, same prompts, same endpoints, same
+// plan. Everything is checked against what the checkpoint (or report) recorded, before anything
+// runs; a difference is a UsageError that names it and the fix.
+
+std::string short_hex(const std::string& h) {
+  return h.size() > 12 ? h.substr(0, 12) + ".." : h;
+}
+
+std::string recorded_string(const nlohmann::json& env, const char* a, const char* b) {
+  if (!env.is_object()) return {};
+  auto it = env.find(a);
+  if (it == env.end() || !it->is_object()) return {};
+  auto s = it->find(b);
+  return s != it->end() && s->is_string() ? s->get<std::string>() : std::string();
+}
+
+// The prompts a --prompt/--prompts pair gives (without the profile), as build_plan reads them.
+std::vector<Prompt> prompts_from_flags(const RunOptions& o) {
+  std::vector<Prompt> ps;
+  if (o.given("--prompts")) ps = prompts_from_file(o.prompts_file);
+  if (o.given("--prompt"))
+    for (const auto& t : o.prompts) ps.push_back(prompt_from_text(t));
+  return ps;
+}
+
+std::string endpoint_text(const nlohmann::json& e) {
+  return e.value("label", std::string()) + "=" + e.value("url", std::string());
+}
+
+// Flags that would change the plan of the run being resumed: refused unless they repeat its values.
+void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const AuditReport& report) {
+  const std::string where = "--resume " + o.resume + ": ";
+  const std::string fix = "; drop it (a resumed run keeps the plan it started with) or start a new run";
+  if (o.given("--out"))
+    throw UsageError(where + "--out: a resumed run writes into the directory it resumes; drop --out");
+  for (const auto& opt : plan_options()) {
+    if (!*opt.flag || !o.given(opt.flag_name())) continue;
+    nlohmann::json v = opt.type == OptionType::Bool ? nlohmann::json(opt.flag_sets)
+                                                    : parse_flag_value(opt, o.plan_text.at(opt.name));
+    v = check_plan_value(opt, v, opt.flag_name());
+    nlohmann::json had = opt.get(plan);
+    if (v != had)
+      throw UsageError(where + opt.flag_name() + " gives " + v.dump() + " but the run used " + had.dump() +
+                       " (" + opt.report_key + ")" + fix);
+  }
+  if (o.given("--threads") && o.engine.thread_count() != plan.threads)
+    throw UsageError(where + "--threads gives " + std::to_string(o.engine.thread_count()) +
+                     " but the run used " + std::to_string(plan.threads) + fix);
+  if (o.given("--profile")) {
+    ProfileSource src = find_profile(o.profile);
+    std::string d = sha256_hex(src.text);
+    if (d != plan.profile_digest)
+      throw UsageError(where + "the profile '" + o.profile + "' has sha256 " + short_hex(d) +
+                       " but the run used '" + plan.profile + "' with sha256 " +
+                       short_hex(plan.profile_digest) + fix);
+  }
+  const std::string recorded_prompts = recorded_string(report.environment, "digests", "prompts_sha256");
+  if (o.given("--prompts") || o.given("--prompt")) {
+    PlanOptions given;
+    given.prompts = prompts_from_flags(o);
+    std::string d = input_digests(given, nullptr).value("prompts_sha256", "");
+    if (d != recorded_prompts)
+      throw UsageError(where + "the prompts given (" + std::to_string(given.prompts.size()) + ", sha256 " +
+                       short_hex(d) + ") are not the run's (" + std::to_string(plan.prompts.size()) +
+                       ", sha256 " + short_hex(recorded_prompts) + ")" + fix);
+  }
+  // The prompts restored from the checkpoint are the ones the run recorded (a hand-edited file is not).
+  std::string restored = input_digests(plan, nullptr).value("prompts_sha256", "");
+  if (!recorded_prompts.empty() && restored != recorded_prompts)
+    throw UsageError(where + "its prompts have sha256 " + short_hex(restored) + " but the run recorded " +
+                     short_hex(recorded_prompts) + " (the file was edited); start a new run");
+  // Local run or remote run: the same kind, on the same target.
+  const bool was_remote = report.environment.is_object() && report.environment.contains("endpoints");
+  const bool was_local = report.environment.is_object() && report.environment.contains("model");
+  if (was_remote && o.endpoints.empty()) {
+    std::string eps;
+    for (const auto& e : report.environment["endpoints"])
+      eps += (eps.empty() ? "" : " ") + std::string("--endpoint ") + endpoint_text(e);
+    throw UsageError(where + "the run audited endpoints; resume it with the same " + eps +
+                     " (and the same API key), or start a new run");
+  }
+  if (was_local && !o.endpoints.empty())
+    throw UsageError(where + "the run audited the local model " +
+                     recorded_string(report.environment, "model", "path") +
+                     "; drop --endpoint, or start a new run");
+}
+
+// The endpoints given on the command line (with --api-model, --api, --provider, --stream taken from
+// the run when not given) against the ones it recorded.
+void check_resume_endpoints(const std::string& dir, const nlohmann::json& had, const nlohmann::json& now) {
+  const std::string where = "--resume " + dir + ": ";
+  if (!had.is_array() || had.size() != now.size())
+    throw UsageError(where + std::to_string(now.size()) + " --endpoint given but the run audited " +
+                     std::to_string(had.is_array() ? had.size() : 0) +
+                     "; give the same endpoints or start a new run");
+  for (size_t i = 0; i < now.size(); ++i)
+    for (const char* key : {"label", "url", "api_model", "api", "provider", "stream", "extra_body_sha256"}) {
+      nlohmann::json a = had[i].contains(key) ? had[i][key] : nlohmann::json(),
+                     b = now[i].contains(key) ? now[i][key] : nlohmann::json();
+      if (a == b) continue;
+      std::string what = std::string(key) == "extra_body_sha256" ? "--extra-body" : key;
+      throw UsageError(where + "endpoint " + std::to_string(i + 1) + " (" + endpoint_text(now[i]) + ") has " +
+                       what + " " + (b.is_null() ? std::string("(none)") : b.dump()) + " but the run used " +
+                       (a.is_null() ? std::string("(none)") : a.dump()) +
+                       "; resume with the same endpoints and settings, or start a new run");
+    }
+}
+
 int run_run(const RunOptions& o) {
   namespace fs = std::filesystem;
   AuditReport report;
@@ -121,13 +230,23 @@ int run_run(const RunOptions& o) {
       throw UsageError("--resume '" + o.resume + "': no checkpoint.json or report.json there; give the --out directory of the run");
     report = load_report(src.string());
     plan = plan_from_report(report);
+    check_resume_flags(o, plan, report);
     if (report.environment.contains("model") && !o.given("--model"))
       model_path = report.environment["model"].value("path", "");
     if (report.environment.contains("engine")) {  // the engine the run started with
       const nlohmann::json& e = report.environment["engine"];
-      if (!o.given("--device")) device = parse_device(e.value("device", "cpu"), "--resume: engine.device");
-      if (!o.given("--precision"))
-        precision = parse_precision(e.value("precision", "f32"), "--resume: engine.precision");
+      Device d = parse_device(e.value("device", "cpu"), "--resume: engine.device");
+      Precision p = parse_precision(e.value("precision", "f32"), "--resume: engine.precision");
+      if (o.given("--device") && device != d)
+        throw UsageError("--resume " + o.resume + ": --device gives " + device_name(device) +
+                         " but the run used " + device_name(d) +
+                         "; drop it (a resumed run keeps its engine) or start a new run");
+      if (o.given("--precision") && precision != p)
+        throw UsageError("--resume " + o.resume + ": --precision gives " + precision_name(precision) +
+                         " but the run used " + precision_name(p) +
+                         "; drop it (a resumed run keeps its engine) or start a new run");
+      device = d;
+      precision = p;
     }
     report.cases.clear();
     report.summary = Summary{};
@@ -149,11 +268,34 @@ int run_run(const RunOptions& o) {
     if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
     if (o.given("--device") || o.given("--precision"))
       throw UsageError("--device and --precision set the local engine; drop them with --endpoint");
-    endpoints = build_endpoints(o);
+    if (!o.resume.empty()) {
+      // --api-model, --api, --provider and --stream default to the run's; given, they must match it.
+      RunOptions same = o;
+      const nlohmann::json& had = report.environment["endpoints"];
+      if (had.is_array() && !had.empty() && had[0].is_object()) {
+        const nlohmann::json& e0 = had[0];
+        if (!o.given("--api-model")) same.api_model = e0.value("api_model", o.api_model);
+        if (!o.given("--api")) same.api = e0.value("api", o.api);
+        if (!o.given("--provider")) same.provider = e0.value("provider", o.provider);
+        if (!o.given("--stream")) same.stream = e0.value("stream", o.stream);
+      }
+      endpoints = build_endpoints(same);
+      check_resume_endpoints(o.resume, had, endpoints_record(endpoints));
+    } else {
+      endpoints = build_endpoints(o);
+    }
     validate_plan(plan, -1);
   } else {
     if (model_path.empty()) model_path = default_model_path();
     model = load_model(model_path, tokenizer_path);
+    if (!o.resume.empty()) {  // the same bytes, wherever the file is now
+      std::string had = recorded_string(report.environment, "model", "sha256");
+      if (had.empty()) had = recorded_string(report.environment, "digests", "model_sha256");
+      if (had != model->file_sha256)
+        throw UsageError("--resume " + o.resume + ": the model file " + model_path + " has sha256 " +
+                         short_hex(model->file_sha256) + " but the run used " + short_hex(had) +
+                         "; resume with the same model (--model FILE) or start a new run");
+    }
     validate_plan(plan, model->config.context_length);
   }
   // ---- the gate: which modes (endpoints) it applies to, checked before anything runs
@@ -209,7 +351,10 @@ void setup_run(CLI::App& parent, Runner& runner) {
         ->type_name(type);
   }
   s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
-  s->add_option("--resume", o->resume, "Continue the interrupted run whose --out directory this is");
+  s->add_option(
+      "--resume", o->resume,
+      "Continue the interrupted run whose --out directory this is (same model, prompts, endpoints and "
+      "plan; flags that would change them are refused)");
   s->add_option("--baseline", o->baseline, "Golden report.json: verdict DRIFT (exit 1) when this run drifts from it");
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");

@@ -14,6 +14,7 @@
 #include "repro/common/util.hpp"
 #include "repro/compliance/sign.hpp"
 #include "repro/report/report.hpp"
+#include "repro/report/schema.hpp"
 
 namespace repro::cli {
 
@@ -68,8 +69,24 @@ int replay_and_report(ReplayJob& job) {
   ctl.precision = job.engine.precision;
   ctl.stop = &g_stop;
   ctl.progress = !job.quiet;
+  // Secrets (API keys, URL credentials) a server may echo anywhere in a response, in any JSON
+  // escaping: one pass over every string the report stores, before anything is written.
+  const std::vector<std::string> secrets = endpoint_secrets(endpoints);
+  auto redact = [&secrets](AuditReport& r) {
+    if (!secrets.empty())
+      rewrite_strings(r, [&secrets](const std::string& s) { return scrub_secrets(s, secrets); });
+  };
   std::string checkpoint = out_dir == "-" ? "" : (fs::path(out_dir) / "checkpoint.json").string();
-  if (!checkpoint.empty()) ctl.checkpoint = [&](const AuditReport& r) { write_file_atomic(checkpoint, to_json(r)); };
+  if (!checkpoint.empty())
+    ctl.checkpoint = [&](const AuditReport& r) {
+      if (secrets.empty()) {
+        write_file_atomic(checkpoint, to_json(r));
+        return;
+      }
+      AuditReport clean = r;
+      redact(clean);
+      write_file_atomic(checkpoint, to_json(clean));
+    };
   try {
     if (remote)
       run_remote(plan, endpoints, report, ctl);
@@ -79,6 +96,7 @@ int replay_and_report(ReplayJob& job) {
     std::signal(SIGINT, old);
     std::signal(SIGTERM, old_term);
     if (!report.completions.empty() && !checkpoint.empty()) {  // never lose finished work
+      redact(report);
       write_file_atomic(checkpoint, to_json(report));
       std::fprintf(stderr, "note: %zu finished completions kept in %s (continue with --resume %s)\n",
                    report.completions.size(), checkpoint.c_str(), out_dir.c_str());
@@ -88,6 +106,7 @@ int replay_and_report(ReplayJob& job) {
   std::signal(SIGINT, old);
   std::signal(SIGTERM, old_term);
   report.summary.interrupted = g_stop.load();
+  redact(report);
 
   // ---- analyse, compare with the baseline, write, gate ----
   analyze(report);

@@ -15,8 +15,8 @@ namespace repro {
 
 // Model identity: absolute path, file SHA-256, format, architecture, parameter count, tokenizer kind.
 nlohmann::json model_identity(const Model& model, const std::string& model_path);
-// The endpoints as configured: label, URL (credentials redacted), API model, API, provider, stream.
-// Never the API key.
+// The endpoints as configured: label, URL (credentials redacted), API model, API, provider, stream,
+// and the SHA-256 of the extra body when there is one (extra_body_sha256). Never the API key.
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints);
 // Digests of the inputs: prompts_sha256 (SHA-256 of "id\ttext\n" per prompt, in plan order),
 // profile_sha256 (of the profile file's bytes) and, for a local model, model_sha256.

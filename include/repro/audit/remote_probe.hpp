@@ -25,9 +25,13 @@ struct RemoteProbe {
   std::vector<std::string> stop;
   bool logprobs = false;
   std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
+  // Repeats (cache probe: requests) below this index finished in an earlier run (--resume): they are
+  // not sent again, and the ones sent are numbered from here.
+  int first_repeat = 0;
 };
 
-// The probe is replayed `repeats` times, one after another, while concurrency-1 filler requests
+// The probe is replayed `repeats` - probe.first_repeat times (repeat numbers first_repeat..repeats-1),
+// one after another, while concurrency-1 filler requests
 // are kept in flight (closed loop: a finished filler is replaced at once). Returns only the probe
 // completions that finished (successful or failed after retries; mode=label,
 // batch_size=concurrency, seed, repeat). When *stop becomes true, in-flight requests are aborted
@@ -39,7 +43,8 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
                                          RemoteStats* stats = nullptr);
 
 // The same prompt cold (first request of it: call this before any other request of the prompt)
-// then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1.
+// then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1. Requests
+// numbered below probe.first_repeat (0 = the cold one) are not sent.
 std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe,
                                         int warm_repeats, const std::atomic<bool>* stop,
                                         RemoteStats* stats = nullptr);
