@@ -1,6 +1,6 @@
 // Hostile inputs and outputs through the real binary and the file helpers: device nodes, FIFOs and
 // huge numbers as inputs; symlinks, devices and full disks as outputs; control bytes in errors;
-// SIGTERM during a run; chat messages kept across --resume.
+// chat messages kept across --resume (SIGTERM during a run: tests/unit-run.cpp).
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -26,12 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 std::string env(const fs::path& dir) { return "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' "; }
 std::string cli(const fs::path& dir, const std::string& args) { return env(dir) + "'" + test::binary() + "' " + args; }
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 // One `error:` line, exit 2, naming `names` and free of raw control bytes.
 void check_usage_error(const test::CmdResult& r, const std::string& names, const std::string& says) {
   CAPTURE(r.output);
@@ -147,30 +142,6 @@ TEST_CASE("report writes replace regular files only; '-' writes through; stdout 
     CHECK(full.code == 3);
     CHECK(full.output.find("cannot write to standard output: No space left on device") != std::string::npos);
   }
-}
-
-TEST_CASE("run: SIGTERM is handled like Ctrl-C: partial report, exit 143, --resume continues") {
-  auto dir = test::scratch_dir("io-sigterm");
-  auto out = dir / "out";
-  REQUIRE(test::run_shell(cli(dir, "generate --max-tokens 1")).code == 0);
-  std::string args = "run --quiet --repeats 12 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() + "'";
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::string cmd = env(dir) + "exec '" + test::binary() + "' " + args + " >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  kill(pid, SIGTERM);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 143);
-  REQUIRE(fs::exists(out / "report.json"));
-  AuditReport partial = load_report((out / "report.json").string());
-  CHECK(partial.summary.interrupted);
-  CHECK(partial.completions.size() > 0);
 }
 
 TEST_CASE("--resume keeps chat messages: a JSONL messages prompt is not flattened into one user message") {

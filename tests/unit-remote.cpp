@@ -292,7 +292,7 @@ TEST_CASE("chat and completions, streamed and not, against the loopback server")
       REQUIRE(out.size() == 2);
       for (int r = 0; r < 2; ++r) {
         const Completion& c = out[r];
-        CHECK(c.error.empty());
+        CHECK_MESSAGE(c.error.empty(), c.error);
         CHECK(c.text == FaultServer::reply_text(ids));
         CHECK(c.tokens_known);
         CHECK(c.tokens == ids);

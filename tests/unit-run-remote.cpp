@@ -17,20 +17,6 @@
 using namespace repro;
 namespace fs = std::filesystem;
 
-namespace {
-std::string slurp_dir(const fs::path& dir) {
-  std::string all;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) {
-      std::ifstream in(e.path(), std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      all += ss.str();
-    }
-  return all;
-}
-}  // namespace
-
 TEST_CASE("run --endpoint against serve (batch-invariant): 1 unique completion per case, equal to local generate") {
   REPRO_REQUIRE_MODELS(dir);
   auto model = load_model((dir / "stories260K.gguf").string());
@@ -76,7 +62,7 @@ TEST_CASE("run --endpoint against serve (batch-invariant): 1 unique completion p
   for (const auto& c : r.completions) levels.insert(c.batch_size);
   CHECK(levels.count(64) == 1);
   // The key was sent (the server checks it, so the run would have failed otherwise) and appears nowhere.
-  std::string everything = slurp_dir(out);
+  std::string everything = test::slurp_dir(out);
   CHECK(everything.find(key) == std::string::npos);
   CHECK(everything.find("report") != std::string::npos);
   server.stop();

@@ -1,5 +1,5 @@
 // `repro-audit run` end to end through the real binary on the embedded synthetic model:
-// reports, exit codes, bad input, Ctrl-C partial output and --resume, --baseline.
+// reports, exit codes, bad input, Ctrl-C / SIGTERM partial output and --resume, --baseline.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -143,37 +143,41 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   CHECK_FALSE(rc.baseline->drifted);
 }
 
-TEST_CASE("run: Ctrl-C writes what finished (exit 130) and --resume completes the plan") {
-  auto dir = test::scratch_dir("run-sigint");
-  auto out = dir / "out";
-  // Make the cache first so the interrupt lands in the replay, not in model synthesis.
-  REQUIRE(sh(cli(dir, "generate --max-tokens 1")).code == 0);
-  std::string args = "run --quiet --repeats 12 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() + "'";
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::string cmd = env(dir) + "exec '" + test::binary() + "' " + args + " >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    _exit(127);
+TEST_CASE("run: Ctrl-C and SIGTERM write what finished (exit 130 / 143) and --resume completes the plan") {
+  for (int sig : {SIGINT, SIGTERM}) {
+    CAPTURE(sig);
+    auto dir = test::scratch_dir(sig == SIGINT ? "run-sigint" : "run-sigterm");
+    auto out = dir / "out";
+    // Make the cache first so the signal lands in the replay, not in model synthesis.
+    REQUIRE(sh(cli(dir, "generate --max-tokens 1")).code == 0);
+    std::string args =
+        "run --quiet --repeats 12 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() + "'";
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::string cmd = env(dir) + "exec '" + test::binary() + "' " + args + " >/dev/null 2>&1";
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    kill(pid, sig);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == (sig == SIGINT ? 130 : 143));
+    REQUIRE(fs::exists(out / "report.json"));
+    AuditReport partial = load_report((out / "report.json").string());
+    CHECK(partial.summary.interrupted);
+    CHECK(partial.summary.verdict == "interrupted");
+    CHECK(partial.completions.size() > 0);
+    // 3 prompts x (1 + 2x2 + 2x2 contexts) x 12 repeats x 2 modes
+    const size_t total = 3 * 9 * 12 * 2;
+    CHECK(partial.completions.size() < total);
+    auto r = sh(cli(dir, "run --quiet --resume '" + out.string() + "'"));
+    INFO(r.output);
+    CHECK(r.code == 0);
+    AuditReport done = load_report((out / "report.json").string());
+    CHECK(done.completions.size() == total);
+    CHECK(!done.summary.interrupted);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-  kill(pid, SIGINT);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 130);
-  REQUIRE(fs::exists(out / "report.json"));
-  AuditReport partial = load_report((out / "report.json").string());
-  CHECK(partial.summary.interrupted);
-  CHECK(partial.summary.verdict == "interrupted");
-  CHECK(partial.completions.size() > 0);
-  // 3 prompts x (1 + 2x2 + 2x2 contexts) x 12 repeats x 2 modes
-  const size_t total = 3 * 9 * 12 * 2;
-  CHECK(partial.completions.size() < total);
-  auto r = sh(cli(dir, "run --quiet --resume '" + out.string() + "'"));
-  INFO(r.output);
-  CHECK(r.code == 0);
-  AuditReport done = load_report((out / "report.json").string());
-  CHECK(done.completions.size() == total);
-  CHECK(!done.summary.interrupted);
 }
