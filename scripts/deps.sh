@@ -6,9 +6,10 @@ PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev d
       libsqlite3-dev)
 # Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check,
 # the openssl and sqlite3 command lines and securesystemslib (independent checks of signed reports
-# and of the archive).
+# and of the archive), Node.js for the OpenAI client test (its npm package `openai` is not a Debian
+# package: `npm install openai` in ../.npm-openai; the test skips without it).
 if [ "${1:-}" = "--test" ]; then
-  PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib)
+  PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib nodejs)
 fi
 missing=()
 for p in "${PKGS[@]}"; do
