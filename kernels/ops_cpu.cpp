@@ -2,7 +2,7 @@
 //
 // Both tables share everything but the three kernels whose reduction order decides batch variance
 // (matmul, RMSNorm, attention): buffers are host memory, weights are read in place, and the
-// element-wise ops (embedding gather, RoPE, silu * up, residual add, KV store, row gather,
+// element-wise ops (embedding gather, RoPE, silu * up, residual and bias add, KV store, row gather,
 // precision rounding) are plain loops whose value for a row never depends on other rows, computed
 // by the math the CUDA tables share (include/repro/kernels/elementwise_math.hpp: own exp in SiLU,
 // one RoPE table function), so a GPU's element-wise bits equal these.
@@ -130,9 +130,10 @@ class CpuOps final : public Ops {
       std::memcpy(x.data() + r * dim, t + static_cast<size_t>(tokens[r]) * dim, sizeof(float) * dim);
   }
 
-  // RoPE on adjacent pairs (2i, 2i+1) of the first rope_dim dims of each head, as llama2.c's run.c
-  // and llama.cpp's "normal" rope for arch llama. cos/sin per (position, pair) come from a table,
-  // so a row's rotation depends only on its position.
+  // RoPE on the first rope_dim dims of each head: adjacent pairs (2i, 2i+1) as llama2.c's run.c and
+  // llama.cpp's "normal" rope (arch llama), or the halves (i, i + rope_dim / 2) as llama.cpp's
+  // "neox" rope (qwen2, qwen3). cos/sin per (position, pair) come from a table, so a row's
+  // rotation depends only on its position.
   void rope(Buffer& x, const int* pos, int R, int n_heads, const RopeDims& d) override {
     const int half = d.rope_dim / 2;
     const size_t width = static_cast<size_t>(n_heads) * d.head_dim;
@@ -142,7 +143,10 @@ class CpuOps final : public Ops {
       const float* sn = &rope_sin_[static_cast<size_t>(pos[r]) * half];
       for (int h = 0; h < n_heads; ++h) {
         float* v = x.data() + r * width + static_cast<size_t>(h) * d.head_dim;
-        for (int i = 0; i < half; ++i) math::rope_pair(v[2 * i], v[2 * i + 1], cs[i], sn[i]);
+        if (d.neox)
+          for (int i = 0; i < half; ++i) math::rope_pair(v[i], v[i + half], cs[i], sn[i]);
+        else
+          for (int i = 0; i < half; ++i) math::rope_pair(v[2 * i], v[2 * i + 1], cs[i], sn[i]);
       }
     }
   }
@@ -157,6 +161,15 @@ class CpuOps final : public Ops {
     float* a = x.data();
     const float* b = y.data();
     for (size_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+
+  void add_bias(Buffer& x, const Weight& b, int R) override {
+    const float* bias = f32_data(b, "add_bias", k_.name);
+    const size_t w = static_cast<size_t>(b.cols);
+    for (int r = 0; r < R; ++r) {
+      float* a = x.data() + r * w;
+      for (size_t i = 0; i < w; ++i) a[i] += bias[i];
+    }
   }
 
   void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) override {
@@ -191,14 +204,20 @@ class CpuOps final : public Ops {
   // cos/sin for positions 0..pos, grown on demand (doubling).
   void grow_rope(int pos, const RopeDims& d) {
     const int half = d.rope_dim / 2;
-    if (pos < rope_positions_ && half == rope_half_) return;
-    if (half != rope_half_) rope_positions_ = 0;
+    const bool same = half == rope_half_ && d.theta == rope_theta_ && d.freq_scale == rope_scale_ &&
+                      d.freq_factors == rope_factors_;
+    if (pos < rope_positions_ && same) return;
+    if (!same) rope_positions_ = 0;  // another model's RoPE: a new table
     const int n = std::max(pos + 1, rope_positions_ * 2);
     rope_cos_.resize(static_cast<size_t>(n) * half);
     rope_sin_.resize(static_cast<size_t>(n) * half);
-    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, rope_cos_.data(), rope_sin_.data());
+    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, rope_cos_.data(), rope_sin_.data(), d.freq_scale,
+                     d.freq_factors);
     rope_positions_ = n;
     rope_half_ = half;
+    rope_theta_ = d.theta;
+    rope_scale_ = d.freq_scale;
+    rope_factors_ = d.freq_factors;
   }
 
   const CpuKernels& k_;
@@ -206,6 +225,8 @@ class CpuOps final : public Ops {
   std::vector<AttentionRow> att_rows_;
   std::vector<float> rope_cos_, rope_sin_;  // [position][rope_dim / 2]
   int rope_positions_ = 0, rope_half_ = 0;
+  float rope_theta_ = 0, rope_scale_ = 0;
+  const float* rope_factors_ = nullptr;
 };
 
 }  // namespace

@@ -109,10 +109,13 @@ class CudaOps final : public Ops {
     int max_pos = 0;
     for (int r = 0; r < R; ++r) max_pos = std::max(max_pos, pos[r]);
     grow_rope(max_pos, d);
-    cuda::rope(x.data(), upload_ints(pos, R), R, n_heads, d.head_dim, d.rope_dim, rope_cos_, rope_sin_);
+    cuda::rope(x.data(), upload_ints(pos, R), R, n_heads, d.head_dim, d.rope_dim, d.neox, rope_cos_, rope_sin_);
   }
   void silu_mul(Buffer& gate, const Buffer& up, size_t n) override { cuda::silu_mul(gate.data(), up.data(), n); }
   void add(Buffer& x, const Buffer& y, size_t n) override { cuda::add(x.data(), y.data(), n); }
+  void add_bias(Buffer& x, const Weight& b, int R) override {
+    cuda::add_bias(x.data(), device_weight(b), R, b.cols);
+  }
   void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) override {
     const size_t kd = kv_dim();
     host_ptrs_.resize(2 * static_cast<size_t>(R));
@@ -176,12 +179,15 @@ class CudaOps final : public Ops {
   // grown by doubling and uploaded whole.
   void grow_rope(int pos, const RopeDims& d) {
     const int half = d.rope_dim / 2;
-    if (pos < rope_positions_ && half == rope_half_) return;
-    if (half != rope_half_) rope_positions_ = 0;
+    const bool same = half == rope_half_ && d.theta == rope_theta_ && d.freq_scale == rope_scale_ &&
+                      d.freq_factors == rope_factors_;
+    if (pos < rope_positions_ && same) return;
+    if (!same) rope_positions_ = 0;  // another model's RoPE: a new table
     const int n = std::max(pos + 1, rope_positions_ * 2);
     host_cos_.resize(static_cast<size_t>(n) * half);
     host_sin_.resize(static_cast<size_t>(n) * half);
-    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, host_cos_.data(), host_sin_.data());
+    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, host_cos_.data(), host_sin_.data(), d.freq_scale,
+                     d.freq_factors);
     cuda::free(rope_cos_), cuda::free(rope_sin_);
     rope_cos_ = rope_sin_ = nullptr;
     rope_cos_ = cuda::alloc(host_cos_.size());
@@ -190,6 +196,9 @@ class CudaOps final : public Ops {
     cuda::upload(rope_sin_, host_sin_.data(), host_sin_.size());
     rope_positions_ = n;
     rope_half_ = half;
+    rope_theta_ = d.theta;
+    rope_scale_ = d.freq_scale;
+    rope_factors_ = d.freq_factors;
   }
 
   bool invariant_;
@@ -204,6 +213,8 @@ class CudaOps final : public Ops {
   std::vector<float> host_cos_, host_sin_;
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   int rope_positions_ = 0, rope_half_ = 0;
+  float rope_theta_ = 0, rope_scale_ = 0;
+  const float* rope_factors_ = nullptr;
 };
 
 void require_device() {

@@ -213,8 +213,8 @@ struct Step {
       matmul(xn.p, L.wq, q.p, s.dim, s.dim);
       matmul(xn.p, L.wk, k.p, s.kv_dim(), s.dim);
       matmul(xn.p, L.wv, v.p, s.kv_dim(), s.dim);
-      cuda::rope(q.p, pos, B, s.heads, s.head_dim(), s.head_dim(), rcos.p, rsin.p);
-      cuda::rope(k.p, pos, B, s.kv_heads, s.head_dim(), s.head_dim(), rcos.p, rsin.p);
+      cuda::rope(q.p, pos, B, s.heads, s.head_dim(), s.head_dim(), false, rcos.p, rsin.p);
+      cuda::rope(k.p, pos, B, s.kv_heads, s.head_dim(), s.head_dim(), false, rcos.p, rsin.p);
       cuda::scatter_rows(k.p, kdst + size_t(l) * B, B, s.kv_dim());  // KV cache written before attention
       cuda::scatter_rows(v.p, vdst + size_t(l) * B, B, s.kv_dim());
       for (int b = 0; b < B; ++b)

@@ -213,7 +213,7 @@ TEST_CASE("cuda: element-wise ops == the shared host math bitwise") {
     Dev dx(x), dc(cs), ds(sn);
     int* dpos = cuda::alloc_ints(R);
     cuda::upload_ints(dpos, pos.data(), R);
-    cuda::rope(dx.p, dpos, R, H, hd, rd, dc.p, ds.p);
+    cuda::rope(dx.p, dpos, R, H, hd, rd, false, dc.p, ds.p);
     const auto got = dx.get();
     cuda::free_ints(dpos);
     auto want = x;

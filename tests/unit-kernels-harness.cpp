@@ -330,9 +330,32 @@ TEST_CASE("op tables: element-wise ops are bitwise row-independent and equal pla
         v[2 * i] = a * c - b * s;
         v[2 * i + 1] = a * s + b * c;
       }
+  // neox RoPE (pairs i, i + rope_dim / 2) with per-pair frequency divisors and a linear scale.
+  const std::vector<float> factors = {1.0f, 1.5f, 2.0f, 3.0f, 5.0f, 8.0f};
+  RopeDims nd = rd;
+  nd.neox = true;
+  nd.freq_scale = 0.5f;
+  nd.freq_factors = factors.data();
+  std::vector<float> neox_ref = x;
+  for (int r = 0; r < kPool; ++r)
+    for (int h = 0; h < n_heads; ++h)
+      for (int i = 0; i < nd.rope_dim / 2; ++i) {
+        float freq = 1.0f / std::pow(nd.theta, static_cast<float>(2 * i) / static_cast<float>(nd.rope_dim));
+        freq = freq / factors[i];
+        const float angle = static_cast<float>(pos[r]) * nd.freq_scale * freq, c = std::cos(angle), s = std::sin(angle);
+        float* v = &neox_ref[static_cast<size_t>(r) * dim + h * hd];
+        const int j = i + nd.rope_dim / 2;
+        const float a = v[i], b = v[j];
+        v[i] = a * c - b * s;
+        v[j] = a * s + b * c;
+      }
+  // a bias row added to every row
+  const auto bias = nonzero(dim, 44);
+  std::vector<float> bias_ref(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     silu_ref[i] = math::silu_mul(x[i], y[i]);  // the shared host/device math (own exp)
     add_ref[i] = x[i] + y[i];
+    bias_ref[i] = x[i] + bias[i % dim];
   }
   for (Table& t : tables()) {
     const Weight E = t.ops->bind_weight({DType::F32, vocab, dim, table.data()});
@@ -347,6 +370,19 @@ TEST_CASE("op tables: element-wise ops are bitwise row-independent and equal pla
       Buffer b = to_device(ops, gather(x, rows, dim));
       ops.rope(b, p.data(), static_cast<int>(rows.size()), n_heads, rd);
       return to_host(ops, b, rows.size() * dim);
+    });
+    check_rows(t, "rope neox", dim, neox_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      std::vector<int> p(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) p[i] = pos[rows[i]];
+      Buffer b = to_device(ops, gather(x, rows, dim));
+      ops.rope(b, p.data(), static_cast<int>(rows.size()), n_heads, nd);
+      return to_host(ops, b, rows.size() * dim);
+    });
+    const Weight B = t.ops->bind_weight({DType::F32, 1, dim, bias.data()});
+    check_rows(t, "add_bias", dim, bias_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+      Buffer a = to_device(ops, gather(x, rows, dim));
+      ops.add_bias(a, B, static_cast<int>(rows.size()));
+      return to_host(ops, a, rows.size() * dim);
     });
     check_rows(t, "silu_mul", dim, silu_ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
       Buffer g = to_device(ops, gather(x, rows, dim)), u = to_device(ops, gather(y, rows, dim));

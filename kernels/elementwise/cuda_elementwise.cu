@@ -1,4 +1,4 @@
-// Element-wise ops on the GPU, the same in both modes: SiLU * up, residual add, RoPE, precision
+// Element-wise ops on the GPU, the same in both modes: SiLU * up, residual and bias add, RoPE, precision
 // rounding, row gather and scatter (embedding lookup, KV-cache store).
 //
 // Why they are batch-invariant and equal the CPU: each output element is a function of the same
@@ -32,8 +32,8 @@ __global__ void round_kernel(int kind, float* x, size_t n) {
 }
 
 // One thread per (row, head, pair).
-__global__ void rope_kernel(float* x, const int* pos, int R, int n_heads, int head_dim, int half, const float* cs,
-                            const float* sn) {
+__global__ void rope_kernel(float* x, const int* pos, int R, int n_heads, int head_dim, int half, bool neox,
+                            const float* cs, const float* sn) {
   const long idx = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long per_row = static_cast<long>(n_heads) * half;
   if (idx >= per_row * R) return;
@@ -41,10 +41,16 @@ __global__ void rope_kernel(float* x, const int* pos, int R, int n_heads, int he
   const int h = rem / half, i = rem % half;
   float* v = x + static_cast<long>(r) * n_heads * head_dim + static_cast<long>(h) * head_dim;
   const long t = static_cast<long>(pos[r]) * half + i;
-  float a = v[2 * i], b = v[2 * i + 1];
+  const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+  float a = v[i0], b = v[i1];
   math::rope_pair(a, b, cs[t], sn[t]);
-  v[2 * i] = a;
-  v[2 * i + 1] = b;
+  v[i0] = a;
+  v[i1] = b;
+}
+
+__global__ void add_bias_kernel(float* x, const float* b, long n, int width) {
+  const long e = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < n) x[e] = x[e] + b[e % width];
 }
 
 __global__ void gather_kernel(const float* src, const int* idx, int n, int width, float* dst) {
@@ -99,13 +105,20 @@ void round_to(int kind, float* d_x, size_t n) {
   REPRO_CUDA_LAUNCHED("round_kernel");
 }
 
-void rope(float* d_x, const int* d_pos, int R, int n_heads, int head_dim, int rope_dim, const float* d_cos,
+void rope(float* d_x, const int* d_pos, int R, int n_heads, int head_dim, int rope_dim, bool neox, const float* d_cos,
           const float* d_sin) {
   const int half = rope_dim / 2;
   const size_t n = static_cast<size_t>(R) * n_heads * half;
   if (!n) return;
-  rope_kernel<<<blocks_for(n), kThreads>>>(d_x, d_pos, R, n_heads, head_dim, half, d_cos, d_sin);
+  rope_kernel<<<blocks_for(n), kThreads>>>(d_x, d_pos, R, n_heads, head_dim, half, neox, d_cos, d_sin);
   REPRO_CUDA_LAUNCHED("rope_kernel");
+}
+
+void add_bias(float* d_x, const float* d_b, int R, int width) {
+  const size_t n = static_cast<size_t>(R) * width;
+  if (!n) return;
+  add_bias_kernel<<<blocks_for(n), kThreads>>>(d_x, d_b, static_cast<long>(n), width);
+  REPRO_CUDA_LAUNCHED("add_bias_kernel");
 }
 
 void gather_rows(const float* d_src, const int* d_idx, int n, int width, float* d_dst) {

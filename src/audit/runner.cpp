@@ -103,7 +103,15 @@ void record_steps(const GenResult& g, Completion& c) {
 void run_local(const PlanOptions& plan, const Model& model, AuditReport& report, RunControl& ctl) {
   std::set<std::string> done;
   for (const auto& c : report.completions) done.insert(cell_key(c));
-  for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
+  // Chat prompts are rendered with the model's chat template (the plain format keeps the plan's
+  // text); a template's special tokens are matched verbatim (Tokenizer::encode_special).
+  const bool templated = model.chat_template.name != "plain";
+  std::vector<std::string> texts;
+  for (const auto& p : plan.prompts) {
+    const bool chat = templated && p.messages.is_array() && !p.messages.empty();
+    texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages") : p.text);
+    report.prompts[p.id] = texts.back();
+  }
 
   // One engine per mode, reused across cells (each batch leaves it empty).
   std::vector<std::unique_ptr<Engine>> engines;
@@ -113,7 +121,11 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
   std::vector<std::vector<int>> prompt_ids;
-  for (const auto& p : plan.prompts) prompt_ids.push_back(model.tokenizer->encode(p.text, true));
+  for (size_t i = 0; i < plan.prompts.size(); ++i) {
+    const auto& p = plan.prompts[i];
+    const bool chat = templated && p.messages.is_array() && !p.messages.empty();
+    prompt_ids.push_back(chat ? model.tokenizer->encode_special(texts[i], true) : model.tokenizer->encode(texts[i], true));
+  }
   for (size_t i = 0; i < plan.prompts.size(); ++i)
     if (static_cast<int>(prompt_ids[i].size()) + plan.max_tokens > model.config.context_length)
       throw UsageError("prompt '" + plan.prompts[i].id + "' (" + std::to_string(prompt_ids[i].size()) +

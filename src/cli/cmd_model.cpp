@@ -9,13 +9,14 @@
 #include "repro/model/synth.hpp"
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
+#include "repro/cli/flags.hpp"
 
 namespace repro::cli {
 
 namespace {
 
 struct ModelInfoOptions {
-  std::string file, tokenizer;
+  std::string file, tokenizer, chat_template;
   bool json = false;
 };
 
@@ -26,8 +27,17 @@ struct ModelSynthOptions {
 };
 
 int run_model_info(const ModelInfoOptions& o) {
-  auto m = load_model(o.file, o.tokenizer);
+  EngineFlags ef;
+  ef.tokenizer = o.tokenizer;
+  ef.chat_template = o.chat_template;
+  auto m = ef.load(o.file);
   const ModelConfig& c = m->config;
+  const ChatTemplate& ct = m->chat_template;
+  std::string ct_line = ct.name == "unknown" ? "not recognised (" + ct.problem + "); messages need --chat-template"
+                                             : ct.name;
+  ct_line += " (" + ct.origin + ")";
+  if (!ct.default_system.empty()) ct_line += ", default system message \"" + ct.default_system + "\"";
+  if (ct.name == "llama3.1") ct_line += ", date " + ct.date;
   const Tokenizer& tok = *m->tokenizer;
   if (o.json) {
     nlohmann::json types = nlohmann::json::object();
@@ -47,13 +57,21 @@ int run_model_info(const ModelInfoOptions& o) {
         {"context_length", c.context_length},
         {"rope_dim", c.rope_dim},
         {"rope_theta", c.rope_theta},
+        {"rope_type", c.rope_neox ? "neox" : "normal"},
+        {"rope_freq_scale", c.rope_freq_scale},
+        {"rope_freq_factors", !m->rope_freqs.empty()},
         {"rms_eps", c.rms_eps},
         {"tied_output", m->output.empty()},
         {"tensor_types", types},
         {"tokenizer", {{"kind", tok.kind()}, {"vocab_size", tok.vocab_size()}, {"bos", tok.bos()}, {"eos", tok.eos()}}},
         {"n_params", m->n_params},
-        {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes}}},
+        {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes},
+                    {"total_bytes", m->mapped_bytes + m->owned_bytes}}},
+        {"chat_template", {{"name", ct.name}, {"origin", ct.origin}}},
     };
+    if (!ct.default_system.empty()) j["chat_template"]["default_system"] = ct.default_system;
+    if (ct.name == "llama3.1") j["chat_template"]["date"] = ct.date;
+    if (ct.name == "unknown") j["chat_template"]["problem"] = ct.problem;
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
     return kExitOk;
   }
@@ -69,14 +87,17 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("heads:           {} (kv heads {}, head size {})\n", c.n_heads, c.n_kv_heads, c.head_dim());
   fmt::print("vocab:           {}\n", c.vocab_size);
   fmt::print("context_length:  {}\n", c.context_length);
-  fmt::print("rope:            theta {}, {} dims per head\n", c.rope_theta, c.rope_dim);
+  fmt::print("rope:            {}, theta {}, {} dims per head{}{}\n", c.rope_neox ? "neox" : "normal", c.rope_theta,
+             c.rope_dim, c.rope_freq_scale != 1.0f ? fmt::format(", linear scale {}", c.rope_freq_scale) : "",
+             m->rope_freqs.empty() ? "" : ", frequency factors (rope_freqs)");
   fmt::print("rms_eps:         {}\n", c.rms_eps);
   fmt::print("output:          {}\n", m->output.empty() ? "tied to token_embd" : "separate");
   fmt::print("tensor types:    {}\n", types);
   fmt::print("tokenizer:       {}, {} tokens, bos {}, eos {}\n", tok.kind(), tok.vocab_size(), tok.bos(), tok.eos());
   fmt::print("parameters:      {}\n", m->n_params);
-  fmt::print("weights memory:  {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
-             m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);
+  fmt::print("weights memory:  {:.1f} MiB in memory: {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
+             (m->mapped_bytes + m->owned_bytes) / 1048576.0, m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);
+  fmt::print("chat template:   {}\n", ct_line);
   return kExitOk;
 }
 
@@ -99,27 +120,36 @@ void setup_model(CLI::App& parent, Runner& runner) {
   auto info_opts = std::make_shared<ModelInfoOptions>();
   auto* info = sub->add_subcommand(
       "info", "Architecture, hyper-parameters, tensor types, tokenizer, parameter count and SHA-256 of a model file");
-  info->add_option("file", info_opts->file, "GGUF (v2/v3, llama) or llama2.c .bin checkpoint")->required();
+  info->add_option("file", info_opts->file, "GGUF (v2/v3: llama, qwen2, qwen3) or llama2.c .bin checkpoint")->required();
   info->add_option("--tokenizer", info_opts->tokenizer,
                    "llama2.c tokenizer .bin (default: tok<vocab>.bin or tokenizer.bin beside the checkpoint)");
+  info->add_option("--chat-template", info_opts->chat_template,
+                   "show this chat template instead of the model's: " + chat_template_names() + ", or a Jinja file");
   info->add_flag("--json", info_opts->json, "print JSON");
   info->callback([&runner, info_opts] { runner = [info_opts] { return run_model_info(*info_opts); }; });
 
   auto synth_opts = std::make_shared<ModelSynthOptions>();
   SynthOptions& s = synth_opts->synth;
   auto* synth = sub->add_subcommand(
-      "synth", "Write a GGUF Llama model with seeded random weights and a small tokenizer (bit-identical everywhere)");
+      "synth", "Write a GGUF llama, qwen2 or qwen3 model with seeded random weights and a small tokenizer "
+               "(bit-identical everywhere)");
   synth->add_option("--out", synth_opts->out, "output file ('-' for stdout)")->required();
+  synth->add_option("--arch", s.arch, "architecture: " + synth_archs())->capture_default_str();
   synth->add_option("--seed", s.seed, "PRNG seed")->capture_default_str();
   synth->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   synth->add_option("--hidden", s.hidden_dim, "feed-forward length")->capture_default_str();
   synth->add_option("--layers", s.n_layers, "number of blocks")->capture_default_str();
   synth->add_option("--heads", s.n_heads, "attention heads")->capture_default_str();
   synth->add_option("--kv-heads", s.n_kv_heads, "KV heads (GQA)")->capture_default_str();
+  synth->add_option("--head-dim", s.head_dim, "head size (0: dim / heads; written as attention.key_length)")
+      ->capture_default_str();
   synth->add_option("--vocab", s.vocab_size, "vocabulary size (at least " + std::to_string(synth_min_vocab()) + ")")
       ->capture_default_str();
   synth->add_option("--context", s.context_length, "context length")->capture_default_str();
   synth->add_option("--type", s.type, "weight matrix type: " + synth_types())->capture_default_str();
+  synth->add_option("--chat-template", s.chat_template,
+                    "write a tokenizer.chat_template and its special tokens: chatml, llama3, llama3.1, mistral");
+  synth->add_flag("--rope-freqs", s.rope_freqs, "llama: write a Llama 3.1-style rope_freqs tensor");
   synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
   synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
 }

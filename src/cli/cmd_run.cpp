@@ -218,7 +218,7 @@ int run_run(const RunOptions& o) {
   AuditReport report;
   PlanOptions plan;
   std::string out_dir = o.out;
-  std::string model_path = o.engine.model(), tokenizer_path = o.engine.tokenizer;
+  std::string model_path = o.engine.model();
   Device device = o.engine.device_value();
   Precision precision = o.engine.precision_value();
   if (!o.resume.empty()) {
@@ -268,6 +268,9 @@ int run_run(const RunOptions& o) {
     if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
     if (o.given("--device") || o.given("--precision"))
       throw UsageError("--device and --precision set the local engine; drop them with --endpoint");
+    if (o.given("--chat-template"))
+      throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
+                       "templates: drop it with --endpoint");
     if (!o.resume.empty()) {
       // --api-model, --api, --provider and --stream default to the run's; given, they must match it.
       RunOptions same = o;
@@ -287,7 +290,7 @@ int run_run(const RunOptions& o) {
     validate_plan(plan, -1);
   } else {
     if (model_path.empty()) model_path = default_model_path();
-    model = load_model(model_path, tokenizer_path);
+    model = o.engine.load(model_path);
     if (!o.resume.empty()) {  // the same bytes, wherever the file is now
       std::string had = recorded_string(report.environment, "model", "sha256");
       if (had.empty()) had = recorded_string(report.environment, "digests", "model_sha256");
@@ -333,6 +336,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   o->app = s;
   EngineFlagSpec engine_spec;
   engine_spec.mode = false;  // --modes, a list in the plan
+  engine_spec.chat_template = true;
   add_engine_flags(*s, o->engine, engine_spec);
   s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance) or JSON path")
       ->capture_default_str();

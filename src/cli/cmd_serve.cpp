@@ -70,7 +70,11 @@ int run_serve(const ServeOptions& o) {
     model_path = default_model_path();
     if (sopts.model_name.empty()) sopts.model_name = "stories260K";
   }
-  std::unique_ptr<Model> model = load_model(model_path, o.engine.tokenizer);
+  std::unique_ptr<Model> model = o.engine.load(model_path);
+  if (model->chat_template.name == "unknown")
+    throw UsageError("model '" + model_path + "': its chat template (" + model->chat_template.origin +
+                     ") is not recognised: " + model->chat_template.problem + "; pass --chat-template with one of " +
+                     chat_template_names() + " or a template file");
 
   // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit this mask) and taken
   // here with sigwait, so shutdown runs in plain code, not in a signal handler.
@@ -116,6 +120,7 @@ void setup_serve(CLI::App& parent, Runner& runner) {
       "system_fingerprint (engine version, mode, model SHA-256) and the generated token ids.");
   EngineFlagSpec spec;
   spec.model_must_exist = true;
+  spec.chat_template = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")

@@ -22,6 +22,22 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
   sub.add_option("--precision", f.precision,
                  "Activation precision between ops (matmul, attention and norm outputs, KV cache): f32 | bf16 | f16")
       ->capture_default_str();
+  if (spec.chat_template)
+    sub.add_option("--chat-template", f.chat_template,
+                   "Chat template for `messages` prompts on the local engine: " + chat_template_names() +
+                       ", or a file holding a Jinja chat template (default: the model's tokenizer.chat_template)");
+}
+
+std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
+  // The option is checked before the model is read, so a typo fails fast.
+  ChatTemplate tmpl;
+  if (!chat_template.empty()) tmpl = chat_template_from_option(chat_template);
+  auto m = load_model(path, tokenizer);
+  if (!chat_template.empty()) {
+    tmpl.eos_token = m->chat_template.eos_token;
+    m->chat_template = tmpl;
+  }
+  return m;
 }
 
 Device EngineFlags::device_value() const { return parse_device(device, "--device"); }

@@ -1,7 +1,11 @@
 // ============================================================================================
-// The forward pass: one readable pass over a batch of token rows (Llama: RMSNorm, RoPE, GQA
-// attention with a KV cache, SwiGLU). Rows from different sequences, and several rows of one
-// sequence (prefill), go through every matmul together, so the kernels see the real batch.
+// The forward pass: one readable pass over a batch of token rows (the Llama block: RMSNorm, RoPE,
+// GQA attention with a KV cache, SwiGLU; with what each architecture adds: qwen2's Q/K/V biases,
+// qwen3's RMSNorm of each query and key head before RoPE, neox or normal RoPE pairs, Llama 3's
+// RoPE frequency factors). The additions are data of the model (a tensor present or absent),
+// all row-local, so every architecture keeps the table's batch invariance. Rows from different
+// sequences, and several rows of one sequence (prefill), go through every matmul together, so
+// the kernels see the real batch.
 //
 // It is written once, against the op table (repro/kernels/ops.hpp): which kernels run (OpenBLAS or
 // the batch-invariant ones, CPU or GPU) is decided by the table that kernels::make_ops built from
@@ -29,24 +33,30 @@ Forward::Forward(const Model& model, const EngineOptions& opts)
   classifier_ = bind(m_.classifier());
   for (const LayerWeights& w : m_.layers)
     layers_.push_back({bind(w.attn_norm), bind(w.wq), bind(w.wk), bind(w.wv), bind(w.wo), bind(w.ffn_norm),
-                       bind(w.w_gate), bind(w.w_down), bind(w.w_up)});
+                       bind(w.w_gate), bind(w.w_down), bind(w.w_up), bind(w.bq), bind(w.bk), bind(w.bv),
+                       bind(w.q_norm), bind(w.k_norm)});
   ops_->kv_configure(c_.n_layers, c_.kv_dim());
 }
 
 Forward::~Forward() = default;
 
-kernels::Weight Forward::bind(const Tensor& t) { return ops_->bind_weight({t.dtype, t.rows, t.cols, t.data}); }
+// An absent tensor (no bias, no head norm) binds to a weight with no data.
+kernels::Weight Forward::bind(const Tensor& t) {
+  if (t.empty()) return {};
+  return ops_->bind_weight({t.dtype, t.rows, t.cols, t.data});
+}
 
 void Forward::reserve(int R, int L) {
-  const size_t dim = c_.dim, kv_dim = c_.kv_dim(), hidden = c_.hidden_dim;
+  const size_t dim = c_.dim, kv_dim = c_.kv_dim(), q_dim = c_.q_dim(), hidden = c_.hidden_dim;
   if (R > rows_cap_) {
     rows_cap_ = R;
     x_ = ops_->alloc(R * dim);                        // residual stream   [R][dim]
     xb_ = ops_->alloc(R * dim);                       // normed input      [R][dim]
-    q_ = ops_->alloc(R * dim);                        // queries           [R][dim]
+    q_ = ops_->alloc(R * q_dim);                      // queries           [R][q_dim]
     k_ = ops_->alloc(R * kv_dim);                     // keys              [R][kv_dim]
     v_ = ops_->alloc(R * kv_dim);                     // values            [R][kv_dim]
-    att_ = ops_->alloc(R * dim);                      // attention output  [R][dim]
+    att_ = ops_->alloc(R * q_dim);                    // attention output  [R][q_dim]
+    kn_ = ops_->alloc(R * kv_dim);                    // normed keys       [R][kv_dim] (qwen3)
     proj_ = ops_->alloc(R * dim);                     // block output      [R][dim]
     gate_ = ops_->alloc(R * hidden);                  // SwiGLU gate       [R][hidden]
     up_ = ops_->alloc(R * hidden);                    // SwiGLU up         [R][hidden]
@@ -64,7 +74,7 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
   const int R = static_cast<int>(rows.size());
   const int dim = c_.dim, kv_dim = c_.kv_dim(), hidden = c_.hidden_dim, vocab = c_.vocab_size;
   const size_t nd = static_cast<size_t>(R) * dim, nkv = static_cast<size_t>(R) * kv_dim,
-               nh = static_cast<size_t>(R) * hidden;
+               nq = static_cast<size_t>(R) * c_.q_dim(), nh = static_cast<size_t>(R) * hidden;
   const Precision p = precision_;
   tokens_.resize(R);
   pos_.resize(R);
@@ -79,7 +89,8 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
   const int L = static_cast<int>(logit_rows_.size());
   reserve(R, L);
   const kernels::AttentionDims att{c_.n_heads, c_.n_kv_heads, c_.head_dim()};
-  const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta};
+  const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta, c_.rope_neox, c_.rope_freq_scale,
+                               m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data()};
 
   // ---- token embedding: x[r] = token_embd[token]  (token_embd: [vocab][dim]) ----
   ops.embed(token_embd_, tokens_.data(), R, x_);
@@ -90,20 +101,30 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
     // ---- attention block ----
     ops.rmsnorm(x_, w.attn_norm, xb_, R, c_.rms_eps);   // attn_norm: [dim]
     ops.round_to(p, xb_, nd);
-    ops.matmul(xb_, w.wq, q_, R);                      // wq: [dim][dim]
+    ops.matmul(xb_, w.wq, q_, R);                      // wq: [q_dim][dim]
     ops.matmul(xb_, w.wk, k_, R);                      // wk: [kv_dim][dim]
     ops.matmul(xb_, w.wv, v_, R);                      // wv: [kv_dim][dim]
+    if (w.bq.data) ops.add_bias(q_, w.bq, R);          // qwen2: bq [q_dim], bk, bv [kv_dim]
+    if (w.bk.data) ops.add_bias(k_, w.bk, R);
+    if (w.bv.data) ops.add_bias(v_, w.bv, R);
+    if (w.q_norm.data) {
+      // qwen3: RMSNorm of every head (rows of head_dim) of Q and K, one gain per head element.
+      ops.rmsnorm(q_, w.q_norm, att_, R * c_.n_heads, c_.rms_eps);
+      ops.rmsnorm(k_, w.k_norm, kn_, R * c_.n_kv_heads, c_.rms_eps);
+      std::swap(q_, att_);
+      std::swap(k_, kn_);
+    }
     ops.rope(q_, pos_.data(), R, c_.n_heads, rope);
     ops.rope(k_, pos_.data(), R, c_.n_kv_heads, rope);
-    ops.round_to(p, q_, nd);
+    ops.round_to(p, q_, nq);
     ops.round_to(p, k_, nkv);
     ops.round_to(p, v_, nkv);
     // K/V of every row go into its sequence's slot before any row attends (prefill rows of one
     // sequence attend to each other causally through the cache).
     ops.kv_store(k_, v_, kv_rows_.data(), R, l);
     ops.attention(q_, kv_rows_.data(), R, l, att, att_);
-    ops.round_to(p, att_, nd);
-    ops.matmul(att_, w.wo, proj_, R);                  // wo: [dim][dim]
+    ops.round_to(p, att_, nq);
+    ops.matmul(att_, w.wo, proj_, R);                  // wo: [dim][q_dim]
     ops.round_to(p, proj_, nd);
     ops.add(x_, proj_, nd);
 

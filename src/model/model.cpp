@@ -1,4 +1,4 @@
-// repro::load_model: GGUF (v2/v3, architecture llama) and llama2.c legacy checkpoints, into the
+// repro::load_model: GGUF (v2/v3, architectures llama, qwen2, qwen3) and llama2.c legacy checkpoints, into the
 // Model of include/repro/model.hpp (GGUF matrices stay in their stored type, memory-mapped). The format is chosen by the file's magic bytes, not by its
 // extension. Every hyper-parameter is bounded and every tensor shape is checked against the config
 // before any weight is copied.
@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "repro/common/error.hpp"
 #include "repro/common/quant.hpp"
@@ -31,7 +32,27 @@ constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxVocab = 1 << 22;
 constexpr int64_t kMaxContext = 1 << 22;
 
-const char* kSupportedFormats = "supported: GGUF v2/v3 (architecture llama) and llama2.c legacy .bin checkpoints";
+const char* kSupportedFormats =
+    "supported: GGUF v2/v3 (architectures llama, qwen2, qwen3) and llama2.c legacy .bin checkpoints";
+
+// The GGUF architectures the forward pass runs, and what each adds to the Llama block.
+struct ArchSpec {
+  const char* name;
+  bool neox;      // RoPE on halves (i, i + n/2) rather than adjacent pairs
+  bool qkv_bias;  // attn_q/k/v.bias required (llama: optional, used when present)
+  bool qk_norm;   // attn_q_norm / attn_k_norm: RMSNorm of each query and key head before RoPE
+  const char* family;
+};
+constexpr ArchSpec kArchs[] = {
+    {"llama", false, false, false, "Llama 1/2/3, Mistral, TinyLlama, SmolLM, stories260K"},
+    {"qwen2", true, true, false, "Qwen2, Qwen2.5"},
+    {"qwen3", true, false, true, "Qwen3 dense"},
+};
+std::string supported_archs() {
+  std::string s;
+  for (const auto& a : kArchs) s += std::string(s.empty() ? "" : "; ") + a.name + " (" + a.family + ")";
+  return s;
+}
 
 // Checks the relations between hyper-parameters that the forward pass relies on.
 void validate_config(const ModelConfig& c, const std::string& what) {
@@ -47,8 +68,10 @@ void validate_config(const ModelConfig& c, const std::string& what) {
   range(c.n_kv_heads, 1, c.n_heads, "n_kv_heads");
   range(c.vocab_size, 1, kMaxVocab, "vocab_size");
   range(c.context_length, 1, kMaxContext, "context_length");
-  // Heads split dim evenly, and query heads share KV heads in equal groups (GQA).
-  if (c.dim % c.n_heads != 0)
+  // Heads split dim evenly (unless the file gives the head size), and query heads share KV heads
+  // in equal groups (GQA).
+  if (c.head_size > 0) range(c.head_size, 2, kMaxDim, "head size (attention.key_length)");
+  if (c.head_size == 0 && c.dim % c.n_heads != 0)
     throw UsageError(what + ": dim " + std::to_string(c.dim) + " is not a multiple of n_heads " +
                      std::to_string(c.n_heads) + "; the file is corrupt");
   if (c.n_heads % c.n_kv_heads != 0)
@@ -60,6 +83,8 @@ void validate_config(const ModelConfig& c, const std::string& what) {
                      " must be even and at most the head size " + std::to_string(c.head_dim()));
   if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
     throw UsageError(what + ": rope theta must be a positive number");
+  if (!(std::isfinite(c.rope_freq_scale) && c.rope_freq_scale > 0))
+    throw UsageError(what + ": rope scaling factor must be a positive number");
   if (!(std::isfinite(c.rms_eps) && c.rms_eps >= 0)) throw UsageError(what + ": RMSNorm epsilon must be >= 0");
 }
 
@@ -84,7 +109,8 @@ class GgufLoader {
   int64_t get_int(const std::string& key, int64_t def, bool required) const {
     const gguf::Value* v = f_.find(key);
     if (!v) {
-      if (required) throw UsageError(what_ + ": missing metadata key '" + key + "', which a llama model needs");
+      if (required)
+        throw UsageError(what_ + ": missing metadata key '" + key + "', which architecture " + arch_ + " needs");
       return def;
     }
     int64_t out = 0;
@@ -132,13 +158,13 @@ class GgufLoader {
   const gguf::TensorInfo& tensor(const std::string& name, const std::vector<uint64_t>& ne) const {
     const gguf::TensorInfo* t = f_.tensor(name);
     if (!t)
-      throw UsageError(what_ + ": tensor '" + name + "' is missing; a llama model needs token_embd, output_norm and "
-                       "blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up}");
+      throw UsageError(what_ + ": tensor '" + name + "' is missing; architecture " + arch_ + " needs token_embd, "
+                       "output_norm and blk.N.{" + needs_ + "}");
     // The forward pass indexes weights by the config; a tensor of another shape would be read out
     // of bounds or silently misinterpreted.
     if (t->ne != ne)
       throw UsageError(what_ + ": tensor '" + name + "' has shape " + shape_str(t->ne) + ", expected " + shape_str(ne) +
-                       " from the hyper-parameters; the file is corrupt or not a standard llama model");
+                       " from the hyper-parameters; the file is corrupt or not a standard " + arch_ + " model");
     return *t;
   }
 
@@ -147,6 +173,7 @@ class GgufLoader {
   // dequantized to F32, which the norm kernels read.
   Tensor load(Model& m, const std::string& name, const std::vector<uint64_t>& ne) const {
     const gguf::TensorInfo& t = tensor(name, ne);
+    loaded_.insert(name);
     m.tensor_types[gguf::tensor_type_name(t.type)]++;
     m.n_params += static_cast<int64_t>(t.n_elements);
     const int rows = ne.size() > 1 ? static_cast<int>(ne[1]) : 1, cols = static_cast<int>(ne[0]);
@@ -166,11 +193,20 @@ class GgufLoader {
   }
 
   const std::string& what() const { return what_; }
+  bool loaded(const std::string& name) const { return loaded_.count(name) != 0; }
+  // The architecture, and the block tensors it needs, for messages about missing tensors.
+  void set_arch(const std::string& arch, const std::string& needs) {
+    arch_ = arch;
+    needs_ = needs;
+  }
 
  private:
   const gguf::File& f_;
   std::string what_;
+  std::string arch_ = "llama";
+  std::string needs_ = "attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up";
   std::shared_ptr<const MappedFile> file_;
+  mutable std::set<std::string> loaded_;  // names load() has read
 };
 
 TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
@@ -240,19 +276,31 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
 
   // ---- architecture and hyper-parameters ----
   std::string arch = g.get_string("general.architecture", "");
-  if (arch.empty()) throw UsageError(what + ": metadata key 'general.architecture' is missing; supported: llama");
-  if (arch != "llama")
-    throw UsageError(what + ": architecture '" + arch + "' is not supported; supported: llama (Llama 1/2/3, "
-                     "TinyLlama, stories260K and other Llama-family models)");
+  if (arch.empty())
+    throw UsageError(what + ": metadata key 'general.architecture' is missing; supported: " + supported_archs());
+  const ArchSpec* spec = nullptr;
+  for (const auto& a : kArchs)
+    if (arch == a.name) spec = &a;
+  if (!spec)
+    throw UsageError(what + ": architecture '" + arch + "' is not supported; supported: " + supported_archs());
+  {
+    std::string needs = "attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up";
+    if (spec->qkv_bias) needs += ", attn_q.bias, attn_k.bias, attn_v.bias";
+    if (spec->qk_norm) needs += ", attn_q_norm, attn_k_norm";
+    g.set_arch(arch, needs);
+  }
   auto m = std::make_unique<Model>();
   ModelConfig& c = m->config;
   c.arch = arch;
+  c.rope_neox = spec->neox;
+  // Every hyper-parameter key is prefixed with the architecture ("qwen2.embedding_length").
   // Read as int64 and range-checked by validate_config before narrowing, so a forged 2^40 does
   // not wrap into a plausible int.
+  const std::string pre = arch + ".";
   auto key_int = [&](const char* key, int64_t def, bool required, int64_t hi) {
-    int64_t v = g.get_int(std::string("llama.") + key, def, required);
+    int64_t v = g.get_int(pre + key, def, required);
     if (v < 1 || v > hi)
-      throw UsageError(what + ": 'llama." + key + "' = " + std::to_string(v) + " is out of range (1.." +
+      throw UsageError(what + ": '" + pre + key + "' = " + std::to_string(v) + " is out of range (1.." +
                        std::to_string(hi) + "); the file is corrupt");
     return static_cast<int>(v);
   };
@@ -262,37 +310,80 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
   c.n_heads = key_int("attention.head_count", 0, true, kMaxHeads);
   c.n_kv_heads = key_int("attention.head_count_kv", c.n_heads, false, kMaxHeads);
   c.context_length = key_int("context_length", 2048, false, kMaxContext);
-  c.rope_dim = key_int("rope.dimension_count", c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 1, false, kMaxDim);
-  c.rope_theta = static_cast<float>(g.get_float("llama.rope.freq_base", 10000.0));
-  c.rms_eps = static_cast<float>(g.get_float("llama.attention.layer_norm_rms_epsilon", 1e-5));
+  // The head size: attention.key_length when given (Qwen3 heads are wider than dim / n_heads).
+  if (g.find(pre + "attention.key_length")) {
+    c.head_size = key_int("attention.key_length", 0, true, kMaxDim);
+    const int vlen = key_int("attention.value_length", c.head_size, false, kMaxDim);
+    if (vlen != c.head_size)
+      throw UsageError(what + ": '" + pre + "attention.value_length' (" + std::to_string(vlen) + ") differs from '" +
+                       pre + "attention.key_length' (" + std::to_string(c.head_size) +
+                       "); heads with different key and value sizes are not supported");
+  }
+  const int head_default = c.head_size > 0 ? c.head_size : (c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 1);
+  c.rope_dim = key_int("rope.dimension_count", head_default, false, kMaxDim);
+  c.rope_theta = static_cast<float>(g.get_float(pre + "rope.freq_base", 10000.0));
+  c.rms_eps = static_cast<float>(g.get_float(pre + "attention.layer_norm_rms_epsilon", 1e-5));
+  // RoPE scaling: none, linear (positions divided by the factor), or Llama 3's per-frequency
+  // divisors stored as the rope_freqs tensor. YaRN and LongRoPE change attention itself: refused.
+  const std::string scaling = g.get_string(pre + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    const double factor = g.get_float(pre + "rope.scaling.factor", 1.0);
+    if (!(factor > 0)) throw UsageError(what + ": '" + pre + "rope.scaling.factor' must be positive");
+    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none" && !(scaling == "llama3" && f.tensor("rope_freqs.weight"))) {
+    throw UsageError(what + ": RoPE scaling '" + scaling + "' ('" + pre +
+                     "rope.scaling.type') is not supported; supported: none, linear, and Llama 3's rope_freqs tensor");
+  }
 
   // Vocabulary size comes from the embedding table (ne = [dim, vocab]).
   const gguf::TensorInfo* emb = f.tensor("token_embd.weight");
-  if (!emb) throw UsageError(what + ": tensor 'token_embd.weight' is missing; a llama model needs it");
+  if (!emb) throw UsageError(what + ": tensor 'token_embd.weight' is missing; architecture " + arch + " needs it");
   if (emb->ne.size() != 2 || emb->ne[1] > static_cast<uint64_t>(kMaxVocab))
     throw UsageError(what + ": tensor 'token_embd.weight' has shape " + shape_str(emb->ne) + ", expected [dim, vocab]");
   c.vocab_size = static_cast<int>(emb->ne[1]);
   validate_config(c, what);
 
   // ---- weights ----
-  const uint64_t dim = c.dim, hid = c.hidden_dim, kv = c.kv_dim(), voc = c.vocab_size;
+  const uint64_t dim = c.dim, hid = c.hidden_dim, kv = c.kv_dim(), qd = c.q_dim(), voc = c.vocab_size,
+                 hd = c.head_dim();
   m->token_embd = g.load(*m, "token_embd.weight", {dim, voc});             // [vocab][dim]
   m->output_norm = g.load(*m, "output_norm.weight", {dim});                // [dim]
   if (f.tensor("output.weight")) m->output = g.load(*m, "output.weight", {dim, voc});  // [vocab][dim]
+  if (f.tensor("rope_freqs.weight")) {  // [rope_dim / 2] frequency divisors (Llama 3.1)
+    Tensor rf = g.load(*m, "rope_freqs.weight", {static_cast<uint64_t>(c.rope_dim / 2)});
+    m->rope_freqs.assign(rf.f32(), rf.f32() + rf.size());
+    for (float x : m->rope_freqs)
+      if (!(std::isfinite(x) && x > 0))
+        throw UsageError(what + ": tensor 'rope_freqs.weight' holds " + std::to_string(x) +
+                         "; RoPE frequency factors must be positive numbers");
+  }
   m->layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = g.load(*m, p + "attn_norm.weight", {dim});      // [dim]
-    L.wq = g.load(*m, p + "attn_q.weight", {dim, dim});           // [dim][dim]
+    L.wq = g.load(*m, p + "attn_q.weight", {dim, qd});            // [q_dim][dim]
     L.wk = g.load(*m, p + "attn_k.weight", {dim, kv});            // [kv_dim][dim]
     L.wv = g.load(*m, p + "attn_v.weight", {dim, kv});            // [kv_dim][dim]
-    L.wo = g.load(*m, p + "attn_output.weight", {dim, dim});      // [dim][dim]
+    L.wo = g.load(*m, p + "attn_output.weight", {qd, dim});       // [dim][q_dim]
+    // Biases: required by qwen2, used when present in llama files.
+    if (spec->qkv_bias || f.tensor(p + "attn_q.bias")) L.bq = g.load(*m, p + "attn_q.bias", {qd});
+    if (spec->qkv_bias || f.tensor(p + "attn_k.bias")) L.bk = g.load(*m, p + "attn_k.bias", {kv});
+    if (spec->qkv_bias || f.tensor(p + "attn_v.bias")) L.bv = g.load(*m, p + "attn_v.bias", {kv});
+    if (spec->qk_norm) {
+      L.q_norm = g.load(*m, p + "attn_q_norm.weight", {hd});      // [head_dim]
+      L.k_norm = g.load(*m, p + "attn_k_norm.weight", {hd});      // [head_dim]
+    }
     L.ffn_norm = g.load(*m, p + "ffn_norm.weight", {dim});        // [dim]
     L.w_gate = g.load(*m, p + "ffn_gate.weight", {dim, hid});     // [hidden][dim]
     L.w_down = g.load(*m, p + "ffn_down.weight", {hid, dim});     // [dim][hidden]
     L.w_up = g.load(*m, p + "ffn_up.weight", {dim, hid});         // [hidden][dim]
   }
+  // A tensor the architecture does not use would be silently ignored: name it instead.
+  for (const auto& t : f.tensors)
+    if (!g.loaded(t.name))
+      throw UsageError(what + ": tensor '" + t.name + "' is not part of architecture " + arch +
+                       " as this tool runs it (a variant that is not supported, e.g. mixture-of-experts)");
 
   // ---- tokenizer ----
   TokenizerData td = gguf_tokenizer(g, c.vocab_size);
@@ -301,6 +392,10 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
   } catch (const UsageError& e) {
     throw UsageError(what + ": tokenizer: " + e.what());
   }
+  // ---- chat template: recognised by its markers (repro/common/chat.hpp) ----
+  const std::string tmpl = g.get_string("tokenizer.chat_template", "");
+  if (!tmpl.empty()) m->chat_template = recognise_chat_template(tmpl, "GGUF tokenizer.chat_template");
+  if (td.eos_id >= 0) m->chat_template.eos_token = td.tokens[static_cast<size_t>(td.eos_id)];
   m->format = "GGUF v" + std::to_string(f.version);
   return m;
 }

@@ -176,6 +176,53 @@ void check(bool ok, const std::string& msg) {
 
 }  // namespace
 
+std::string synth_archs() { return "llama, qwen2, qwen3"; }
+
+namespace {
+
+// The Jinja templates synth writes (the markers chat.cpp recognises, in the shape the published
+// templates of each family have), their special tokens, and their end-of-turn token.
+struct SynthChat {
+  const char* name;
+  const char* jinja;
+  std::vector<std::string> specials;
+  const char* eot;  // nullptr: keep </s>
+};
+const std::vector<SynthChat>& synth_chats() {
+  static const std::vector<SynthChat> k = {
+      {"chatml",
+       "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+       "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+       {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}, "<|im_end|>"},
+      {"llama3",
+       "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+       "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 "
+       "%}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+       "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+       {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "<|eot_id|>"},
+      {"llama3.1",
+       "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+       "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}{%- set "
+       "messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}{{- "
+       "\"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- "
+       "\"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}{%- for message in "
+       "messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+       "'<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- "
+       "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
+       {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "<|eot_id|>"},
+      {"mistral",
+       "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+       "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+       "message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+       "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
+       "are supported!') }}{% endif %}{% endfor %}",
+       {}, nullptr},
+  };
+  return k;
+}
+
+}  // namespace
+
 std::string synth_types() {
   std::string s;
   for (const auto& t : kSynthTypes) s += std::string(s.empty() ? "" : ", ") + t.name;
@@ -184,12 +231,24 @@ std::string synth_types() {
 
 std::string synth_model(const SynthOptions& o) {
   // ---- options ----
+  check(o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen3",
+        "--arch '" + o.arch + "' is not supported; supported: " + synth_archs());
+  const SynthChat* chat = nullptr;
+  for (const auto& c : synth_chats())
+    if (o.chat_template == c.name) chat = &c;
+  check(o.chat_template.empty() || chat,
+        "--chat-template '" + o.chat_template + "' is not one synth writes; supported: chatml, llama3, llama3.1, mistral");
+  check(!o.rope_freqs || o.arch == "llama", "--rope-freqs is a Llama 3 feature: use it with --arch llama");
   check(o.dim >= 2 && o.dim <= 16384, "--dim " + std::to_string(o.dim) + " is out of range (2..16384)");
   check(o.hidden_dim >= 1 && o.hidden_dim <= 65536, "--hidden " + std::to_string(o.hidden_dim) + " is out of range (1..65536)");
   check(o.n_layers >= 1 && o.n_layers <= 256, "--layers " + std::to_string(o.n_layers) + " is out of range (1..256)");
-  check(o.n_heads >= 1 && o.dim % o.n_heads == 0 && (o.dim / o.n_heads) % 2 == 0,
-        "--heads " + std::to_string(o.n_heads) + " must divide --dim " + std::to_string(o.dim) +
-            " into heads of an even size (RoPE rotates pairs)");
+  if (o.head_dim == 0)
+    check(o.n_heads >= 1 && o.dim % o.n_heads == 0 && (o.dim / o.n_heads) % 2 == 0,
+          "--heads " + std::to_string(o.n_heads) + " must divide --dim " + std::to_string(o.dim) +
+              " into heads of an even size (RoPE rotates pairs), or give --head-dim");
+  else
+    check(o.n_heads >= 1 && o.n_heads <= 1024 && o.head_dim >= 2 && o.head_dim <= 1024 && o.head_dim % 2 == 0,
+          "--head-dim " + std::to_string(o.head_dim) + " must be even and 2..1024 (RoPE rotates pairs), with --heads 1..1024");
   check(o.n_kv_heads >= 1 && o.n_heads % o.n_kv_heads == 0,
         "--kv-heads " + std::to_string(o.n_kv_heads) + " must divide --heads " + std::to_string(o.n_heads));
   check(o.context_length >= 1 && o.context_length <= (1 << 20),
@@ -198,15 +257,35 @@ std::string synth_model(const SynthOptions& o) {
   {
     // Every matrix row (--dim or --hidden elements) is whole blocks of the type.
     const int be = quant::block_of(find_type(o.type)->format).elems;
+    const int qd = (o.head_dim ? o.head_dim : o.dim / o.n_heads) * o.n_heads;
     check(o.dim % be == 0 && o.hidden_dim % be == 0,
           "--type " + o.type + " stores rows in blocks of " + std::to_string(be) + " elements: --dim (" +
               std::to_string(o.dim) + ") and --hidden (" + std::to_string(o.hidden_dim) + ") must be multiples of " +
               std::to_string(be));
+    check(qd % be == 0, "--type " + o.type + " stores rows in blocks of " + std::to_string(be) +
+                            " elements: --heads x --head-dim (" + std::to_string(qd) + ") must be a multiple of " +
+                            std::to_string(be));
   }
   const uint64_t dim = o.dim, hid = o.hidden_dim, L = o.n_layers, voc = o.vocab_size;
-  const uint64_t kv = dim / o.n_heads * o.n_kv_heads;
+  const uint64_t hd = o.head_dim ? static_cast<uint64_t>(o.head_dim) : dim / o.n_heads;
+  const uint64_t kv = hd * o.n_kv_heads, qd = hd * o.n_heads;
   TokenizerData tok = synth_tokenizer(o.vocab_size);
-  uint64_t n_params = voc * dim * (o.tied ? 1 : 2) + dim + L * (2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * hid * dim);
+  if (chat) {
+    // The template's special tokens replace the last pieces of the vocabulary (control tokens).
+    check(tok.tokens.size() >= synth_min_vocab() + chat->specials.size(),
+          "--vocab " + std::to_string(o.vocab_size) + " leaves no room for the chat template's special tokens; use --vocab " +
+              std::to_string(synth_min_vocab() + chat->specials.size()) + " or more");
+    for (size_t i = 0; i < chat->specials.size(); ++i) {
+      const size_t id = tok.tokens.size() - chat->specials.size() + i;
+      tok.tokens[id] = chat->specials[i];
+      tok.types[id] = static_cast<int>(TokenType::Control);
+      tok.scores[id] = 0.0f;
+      if (chat->eot && chat->specials[i] == chat->eot) tok.eos_id = static_cast<int>(id);
+    }
+  }
+  uint64_t n_params = voc * dim * (o.tied ? 1 : 2) + dim +
+                      L * (2 * dim + 2 * qd * dim + 2 * kv * dim + 3 * hid * dim + (o.arch == "qwen2" ? qd + 2 * kv : 0) +
+                           (o.arch == "qwen3" ? 2 * hd : 0));
   check(n_params <= (uint64_t{1} << 31),
         "the model would have " + std::to_string(n_params) + " parameters; synth supports at most 2^31 "
         "(reduce --dim, --hidden, --layers or --vocab)");
@@ -216,19 +295,24 @@ std::string synth_model(const SynthOptions& o) {
   using gguf::Value;
   using gguf::ValueType;
   auto u32 = [](uint64_t v) { return Value::u(ValueType::UINT32, v); };
-  w.add("general.architecture", Value::string("llama"));
+  const std::string a = o.arch + ".";
+  w.add("general.architecture", Value::string(o.arch));
   w.add("general.name", Value::string("repro-audit synth"));
   w.add("general.file_type", u32(find_type(o.type)->file_type));
   w.add("repro.synth.seed", Value::u(ValueType::UINT64, o.seed));
-  w.add("llama.context_length", u32(o.context_length));
-  w.add("llama.embedding_length", u32(dim));
-  w.add("llama.feed_forward_length", u32(hid));
-  w.add("llama.block_count", u32(L));
-  w.add("llama.attention.head_count", u32(o.n_heads));
-  w.add("llama.attention.head_count_kv", u32(o.n_kv_heads));
-  w.add("llama.rope.dimension_count", u32(dim / o.n_heads));
-  w.add("llama.rope.freq_base", Value::real(ValueType::FLOAT32, 10000.0));
-  w.add("llama.attention.layer_norm_rms_epsilon", Value::real(ValueType::FLOAT32, 1e-5));
+  w.add(a + "context_length", u32(o.context_length));
+  w.add(a + "embedding_length", u32(dim));
+  w.add(a + "feed_forward_length", u32(hid));
+  w.add(a + "block_count", u32(L));
+  w.add(a + "attention.head_count", u32(o.n_heads));
+  w.add(a + "attention.head_count_kv", u32(o.n_kv_heads));
+  if (o.arch == "qwen3" || o.head_dim) {
+    w.add(a + "attention.key_length", u32(hd));
+    w.add(a + "attention.value_length", u32(hd));
+  }
+  w.add(a + "rope.dimension_count", u32(hd));
+  w.add(a + "rope.freq_base", Value::real(ValueType::FLOAT32, o.arch == "llama" ? 10000.0 : 1000000.0));
+  w.add(a + "attention.layer_norm_rms_epsilon", Value::real(ValueType::FLOAT32, o.arch == "llama" ? 1e-5 : 1e-6));
   w.add("tokenizer.ggml.model", Value::string(tok.model));
   w.add("tokenizer.ggml.pre", Value::string(tok.pre));
   w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
@@ -239,19 +323,41 @@ std::string synth_model(const SynthOptions& o) {
   w.add("tokenizer.ggml.eos_token_id", u32(tok.eos_id));
   w.add("tokenizer.ggml.add_bos_token", Value::boolean(tok.add_bos));
   w.add("tokenizer.ggml.add_space_prefix", Value::boolean(tok.add_space_prefix));
+  if (chat) w.add("tokenizer.chat_template", Value::string(chat->jinja));
 
-  // ---- tensors (GGUF ne = [in, out]); norm weights are 1.0 ----
+  // ---- tensors (GGUF ne = [in, out]); norm weights are 1.0 but qwen3's head norms ----
   const std::vector<float> ones(static_cast<size_t>(dim), 1.0f);
+  // A vector near `base`: base + a seeded value in [-1/2, 1/2) (exact: a 24-bit integer over 2^24).
+  auto vec = [&](const std::string& name, uint64_t n, float base) {
+    std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(n), 4);
+    for (float& x : v) x += base;
+    w.add_f32(name, {n}, v);
+  };
   add_matrix(w, o, "token_embd.weight", dim, voc);  // [vocab][dim]
   w.add_f32("output_norm.weight", {dim}, ones);
   if (!o.tied) add_matrix(w, o, "output.weight", dim, voc);
+  if (o.rope_freqs) {
+    // Llama 3.1-style divisors: 1 for the fast pairs, rising to 8 for the slow ones.
+    std::vector<float> f(static_cast<size_t>(hd / 2));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(f.size());
+    w.add_f32("rope_freqs.weight", {hd / 2}, f);
+  }
   for (uint64_t l = 0; l < L; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.add_f32(p + "attn_norm.weight", {dim}, ones);
-    add_matrix(w, o, p + "attn_q.weight", dim, dim);
+    add_matrix(w, o, p + "attn_q.weight", dim, qd);
     add_matrix(w, o, p + "attn_k.weight", dim, kv);
     add_matrix(w, o, p + "attn_v.weight", dim, kv);
-    add_matrix(w, o, p + "attn_output.weight", dim, dim);
+    if (o.arch == "qwen2") {
+      vec(p + "attn_q.bias", qd, 0.0f);
+      vec(p + "attn_k.bias", kv, 0.0f);
+      vec(p + "attn_v.bias", kv, 0.0f);
+    }
+    if (o.arch == "qwen3") {
+      vec(p + "attn_q_norm.weight", hd, 1.0f);
+      vec(p + "attn_k_norm.weight", hd, 1.0f);
+    }
+    add_matrix(w, o, p + "attn_output.weight", qd, dim);
     w.add_f32(p + "ffn_norm.weight", {dim}, ones);
     add_matrix(w, o, p + "ffn_gate.weight", dim, hid);
     add_matrix(w, o, p + "ffn_down.weight", hid, dim);

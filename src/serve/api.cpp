@@ -153,11 +153,13 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
       throw ApiError(400, "'messages' is required: an array of {\"role\", \"content\"} objects", "messages",
                      "missing_required_parameter");
     try {
-      p.prompt_text = render_chat(b["messages"], "'messages'");
+      p.prompt_text = render_chat(b["messages"], model.chat_template, "'messages'");
     } catch (const UsageError& e) {
       throw ApiError(400, e.what(), "messages", "invalid_value");
     }
-    ids = tok.encode(p.prompt_text, true);
+    // A template's special tokens (<|im_start|>, ...) are matched verbatim; the plain format's text is
+    // encoded as any completion prompt.
+    ids = model.chat_template.name == "plain" ? tok.encode(p.prompt_text, true) : tok.encode_special(p.prompt_text, true);
   } else {
     if (!present(b, "prompt"))
       throw ApiError(400, "'prompt' is required: a string (or an array holding one string)", "prompt",

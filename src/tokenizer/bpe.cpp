@@ -167,6 +167,7 @@ class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(const TokenizerData& d) : d_(d) {
     validate_common(d_);
+    set_special_tokens(d_);
     const PreSpec spec = pre_spec(d_.pre);
     regex_ = std::make_unique<Regex>(spec.pattern);
     ignore_merges_ = spec.ignore_merges;

@@ -40,6 +40,7 @@ class SpmTokenizer final : public Tokenizer {
  public:
   explicit SpmTokenizer(const TokenizerData& d) : d_(d) {
     validate_common(d_);
+    set_special_tokens(d_);
     const size_t n = d_.tokens.size();
     if (d_.scores.empty()) d_.scores.assign(n, 0.0f);
     byte_id_.fill(-1);

@@ -1,4 +1,5 @@
 // Tokenizer factory, shared validation, and the llama2.c tokenizer file reader.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,56 @@ void validate_common(const TokenizerData& data) {
 }
 
 }  // namespace detail
+
+void Tokenizer::set_special_tokens(const TokenizerData& d) {
+  specials_.clear();
+  for (size_t i = 0; i < d.tokens.size() && i < d.types.size(); ++i) {
+    const auto t = static_cast<TokenType>(d.types[i]);
+    if ((t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown) && !d.tokens[i].empty())
+      specials_.emplace_back(d.tokens[i], static_cast<int>(i));
+  }
+  // Longest first; equal lengths by id, so the result never depends on the sort's stability.
+  std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) {
+    return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second;
+  });
+}
+
+std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos) const {
+  // Fragments: raw text (id -1) or a special token. Each special token, longest first, splits
+  // every raw fragment at each of its occurrences (leftmost first).
+  struct Frag {
+    std::string_view text;
+    int id;
+  };
+  std::vector<Frag> frags{{text, -1}};
+  for (const auto& [sp, id] : specials_) {
+    std::vector<Frag> next;
+    for (const Frag& f : frags) {
+      if (f.id >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      std::string_view rest = f.text;
+      for (size_t at = rest.find(sp); at != std::string_view::npos; at = rest.find(sp)) {
+        if (at > 0) next.push_back({rest.substr(0, at), -1});
+        next.push_back({std::string_view(), id});
+        rest = rest.substr(at + sp.size());
+      }
+      if (!rest.empty()) next.push_back({rest, -1});
+    }
+    frags = std::move(next);
+  }
+  std::vector<int> out = encode("", add_bos);
+  for (const Frag& f : frags) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+    } else {
+      const std::vector<int> ids = encode(f.text, false);
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+  }
+  return out;
+}
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerData& data) {
   if (data.model == "llama") return detail::make_spm_tokenizer(data);

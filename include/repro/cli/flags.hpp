@@ -1,5 +1,5 @@
 // The engine flags, declared once and shared by generate, run, bench and serve:
-//   --model --tokenizer --device --mode --threads --precision
+//   --model --tokenizer --device --mode --threads --precision --chat-template
 // Each subcommand says which variant it takes (EngineFlagSpec); the names, help texts and parsing
 // live in src/cli/flags.cpp only.
 #pragma once
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "repro/engine/engine.hpp"
+#include "repro/model/model.hpp"
 
 namespace repro::cli {
 
@@ -18,6 +19,7 @@ struct EngineFlags {
   std::string mode = "batch-invariant";
   std::string precision = "f32";
   std::string threads = "1";
+  std::string chat_template;  // --chat-template NAME|FILE (where the spec offers it)
 
   std::string model() const { return models.empty() ? std::string() : models.front(); }
   // device, mode, one thread count and precision, parsed; UsageError names the flag.
@@ -26,6 +28,9 @@ struct EngineFlags {
   Precision precision_value() const;
   int thread_count() const;                // --threads as one number >= 1
   std::vector<int> thread_counts() const;  // --threads as a comma-separated list (bench)
+  // The model at `path` (llama2.c: with --tokenizer), its chat template replaced by
+  // --chat-template when given.
+  std::unique_ptr<Model> load(const std::string& path) const;
 };
 
 struct EngineFlagSpec {
@@ -33,6 +38,7 @@ struct EngineFlagSpec {
   bool model_repeatable = false;  // bench: several models side by side
   bool mode = true;               // false: the subcommand takes its modes elsewhere (run --modes, bench: both)
   bool threads_list = false;      // bench: --threads is a comma-separated list
+  bool chat_template = false;     // run, serve: --chat-template for `messages` prompts
   const char* model_help = "GGUF or llama2.c .bin model (default: the embedded stories260K)";
 };
 

@@ -1,4 +1,4 @@
-// The forward pass of a Llama-family model over a batch of token rows (internal to the engine),
+// The forward pass of a Llama-family model (llama, qwen2, qwen3) over a batch of token rows (internal to the engine),
 // written once against the op table (repro/kernels/ops.hpp).
 #pragma once
 #include <memory>
@@ -42,6 +42,7 @@ class Forward {
  private:
   struct LayerW {
     kernels::Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_down, w_up;
+    kernels::Weight bq, bk, bv, q_norm, k_norm;  // data == nullptr when the model has none
   };
   kernels::Weight bind(const Tensor& t);
   void reserve(int rows, int logit_rows);
@@ -54,7 +55,7 @@ class Forward {
   std::vector<LayerW> layers_;
   // activations in the table's memory, grown to the largest step seen
   int rows_cap_ = 0, logit_cap_ = 0;
-  kernels::Buffer x_, xb_, q_, k_, v_, att_, proj_, gate_, up_, xf_, xfn_, logits_;
+  kernels::Buffer x_, xb_, q_, k_, v_, kn_, att_, proj_, gate_, up_, xf_, xfn_, logits_;
   // per-row inputs of a step, on the host
   std::vector<int> tokens_, pos_, logit_rows_;
   std::vector<kernels::KvRow> kv_rows_;

@@ -60,11 +60,13 @@ void attention_default(const AttentionRow* rows, int n_rows, const AttentionShap
 void silu_mul(float* d_gate, const float* d_up, size_t n);
 // x[i] += y[i].
 void add(float* d_x, const float* d_y, size_t n);
-// RoPE on x[R][n_heads * head_dim], adjacent pairs (2i, 2i+1), i < rope_dim / 2; row r rotates by
-// the table rows d_cos/d_sin[pos[r]] ([positions][rope_dim / 2], from math::rope_table on the host).
-// d_pos: R positions on the device.
-void rope(float* d_x, const int* d_pos, int R, int n_heads, int head_dim, int rope_dim, const float* d_cos,
+// RoPE on x[R][n_heads * head_dim]: adjacent pairs (2i, 2i+1), or with neox the halves
+// (i, i + rope_dim / 2), i < rope_dim / 2; row r rotates by the table rows d_cos/d_sin[pos[r]]
+// ([positions][rope_dim / 2], from math::rope_table on the host). d_pos: R positions on the device.
+void rope(float* d_x, const int* d_pos, int R, int n_heads, int head_dim, int rope_dim, bool neox, const float* d_cos,
           const float* d_sin);
+// x[r][i] += b[i] for r < R, i < width.
+void add_bias(float* d_x, const float* d_b, int R, int width);
 // x[i] = round to bf16 (kind 1) or f16 (kind 2) and back, nearest even; kind 0: unchanged.
 void round_to(int kind, float* d_x, size_t n);
 // dst[j] = src[idx[j]] for rows of `width` floats (d_idx on the device).

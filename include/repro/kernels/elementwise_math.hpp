@@ -132,16 +132,18 @@ REPRO_HD float round_storage(int kind, float x) {
   return kind == 1 ? round_bf16(x) : kind == 2 ? round_f16(x) : x;
 }
 
-// The RoPE table: cos/sin of pos * theta^(-2i / rope_dim) for positions p0 <= pos < p1 and
-// i < rope_dim / 2, laid out [pos][i] (entries of earlier positions are left alone, so a table
-// grows in place). Host only: computed with the host's libm once per engine and uploaded to a GPU
-// as data, so both devices rotate by the same bits.
-inline void rope_table(float theta, int rope_dim, int p0, int p1, float* cos_out, float* sin_out) {
+// The RoPE table: cos/sin of pos * freq_scale * theta^(-2i / rope_dim) / factors[i] for positions
+// p0 <= pos < p1 and i < rope_dim / 2 (factors: nullptr for all 1), laid out [pos][i] (entries of
+// earlier positions are left alone, so a table grows in place). Host only: computed with the host's
+// libm once per engine and uploaded to a GPU as data, so both devices rotate by the same bits.
+inline void rope_table(float theta, int rope_dim, int p0, int p1, float* cos_out, float* sin_out,
+                       float freq_scale = 1.0f, const float* factors = nullptr) {
   const int half = rope_dim / 2;
   for (int p = p0; p < p1; ++p)
     for (int i = 0; i < half; ++i) {
-      const float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rope_dim));
-      const float angle = static_cast<float>(p) * freq;
+      float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rope_dim));
+      if (factors) freq = freq / factors[i];
+      const float angle = static_cast<float>(p) * freq_scale * freq;
       cos_out[static_cast<size_t>(p) * half + i] = std::cos(angle);
       sin_out[static_cast<size_t>(p) * half + i] = std::sin(angle);
     }

@@ -12,8 +12,9 @@
 //   KV slots     a pool of K/V caches allocated once per engine and reused: a sequence takes a
 //                slot when it joins and gives it back when it leaves; no per-sequence vectors
 //   matmul       per weight dtype (F32 today; other types throw a BackendError naming the type)
-//   rmsnorm, attention (over KV slots), and the element-wise ops: embedding gather, RoPE,
-//                silu(gate) * up, residual add, KV store, row gather, and the precision rounding
+//   rmsnorm, attention (over KV slots), and the element-wise ops: embedding gather, RoPE (normal
+//                or neox pairs), silu(gate) * up, residual add, bias add, KV store, row gather,
+//                and the precision rounding
 //   describe()   what runs: table name, ISA or GPU, library and version (for bench and reports)
 //
 // Compare ggml's backend interface, where BLAS is one backend among others: here OpenBLAS is what
@@ -80,8 +81,16 @@ struct AttentionDims {
 
 struct RopeDims {
   int head_dim;
-  int rope_dim;  // rotated dims per head: adjacent pairs (2i, 2i+1), i < rope_dim / 2
+  int rope_dim;  // rotated dims per head (the first rope_dim of each head)
   float theta;
+  // Pairs: false = adjacent pairs (2i, 2i+1) (llama.cpp's "normal" RoPE, arch llama); true = the
+  // halves (i, i + rope_dim / 2) (llama.cpp's "neox" RoPE, arch qwen2 / qwen3). i < rope_dim / 2.
+  bool neox = false;
+  // Pair i turns by pos * freq_scale * theta^(-2i / rope_dim) / freq_factors[i] (freq_factors:
+  // rope_dim / 2 host floats, or nullptr for all 1: Llama 3.1's rope_freqs tensor; freq_scale:
+  // 1 / linear scaling factor). A table rebuilds its cos/sin table when these or theta change.
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;
 };
 
 // One row of a step as the KV-cache ops see it: the row's sequence holds KV slot `slot`; the row
@@ -143,6 +152,8 @@ class Ops {
   virtual void silu_mul(Buffer& gate, const Buffer& up, size_t n) = 0;
   // x[i] += y[i] for i < n.
   virtual void add(Buffer& x, const Buffer& y, size_t n) = 0;
+  // x[r][i] += b[i] for r < R, i < b.cols (a bias vector, F32, added to each row).
+  virtual void add_bias(Buffer& x, const Weight& b, int R) = 0;
   // Writes k[r] and v[r] ([R][kv_dim]) into layer `layer` of slot rows[r].slot at rows[r].pos.
   virtual void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) = 0;
   // dst[j] = src[idx[j]] for rows of `width` floats, j < n.

@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "repro/common/chat.hpp"
 #include "repro/common/dtype.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 
 namespace repro {
 
 struct ModelConfig {
-  std::string arch = "llama";
+  std::string arch = "llama";  // GGUF general.architecture: llama, qwen2, qwen3
   int dim = 0;             // embedding length
   int hidden_dim = 0;      // feed-forward length
   int n_layers = 0;
@@ -21,10 +22,14 @@ struct ModelConfig {
   int n_kv_heads = 0;      // GQA: n_heads / n_kv_heads query heads share one KV head
   int vocab_size = 0;
   int context_length = 0;
-  int head_dim() const { return dim / n_heads; }
+  int head_size = 0;       // per head (<arch>.attention.key_length); 0: dim / n_heads
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  int q_dim() const { return head_dim() * n_heads; }     // width of Q and of the attention output
   int kv_dim() const { return head_dim() * n_kv_heads; }
-  int rope_dim = 0;        // rotated dims per head (llama: head_dim); adjacent pairs (2i, 2i+1)
+  int rope_dim = 0;        // rotated dims per head (the first rope_dim of each head)
+  bool rope_neox = false;  // pairs (i, i + rope_dim / 2) (qwen2, qwen3) instead of (2i, 2i+1) (llama)
   float rope_theta = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor for linear scaling
   float rms_eps = 1e-5f;
 };
 
@@ -47,10 +52,13 @@ struct Tensor {
 
 struct LayerWeights {
   Tensor attn_norm;  // [dim]
-  Tensor wq;         // [dim][dim]
+  Tensor wq;         // [q_dim][dim]
   Tensor wk;         // [kv_dim][dim]
   Tensor wv;         // [kv_dim][dim]
-  Tensor wo;         // [dim][dim]
+  Tensor wo;         // [dim][q_dim]
+  Tensor bq, bk, bv; // [q_dim], [kv_dim], [kv_dim]: qwen2's attention biases (empty otherwise)
+  Tensor q_norm;     // [head_dim]: qwen3's RMSNorm of each query head before RoPE (empty otherwise)
+  Tensor k_norm;     // [head_dim]: the same for each key head
   Tensor ffn_norm;   // [dim]
   Tensor w_gate;     // [hidden][dim]   (llama2.c w1)
   Tensor w_down;     // [dim][hidden]   (llama2.c w2)
@@ -63,6 +71,7 @@ struct Model {
   std::vector<LayerWeights> layers;
   Tensor output_norm; // [dim]
   Tensor output;      // [vocab][dim]; empty when tied to token_embd
+  std::vector<float> rope_freqs;  // [rope_dim / 2] per-pair frequency divisors (Llama 3.1 rope_freqs); empty: none
   const Tensor& classifier() const { return output.empty() ? token_embd : output; }
   std::unique_ptr<Tokenizer> tokenizer;
 
@@ -76,9 +85,13 @@ struct Model {
   // arrays (norm gains; every weight of a llama2.c checkpoint).
   int64_t mapped_bytes = 0;
   int64_t owned_bytes = 0;
+  // The chat template `messages` prompts are rendered with (repro/common/chat.hpp): recognised
+  // from the GGUF's tokenizer.chat_template, or "plain" when the file has none; --chat-template
+  // replaces it.
+  ChatTemplate chat_template;
 };
 
-// Loads a GGUF (v2/v3, arch llama; matrices kept in their stored type, memory-mapped) or a llama2.c checkpoint
+// Loads a GGUF (v2/v3, arch llama, qwen2 or qwen3; matrices kept in their stored type, memory-mapped) or a llama2.c checkpoint
 // (tokenizer_path names its tokenizer .bin; when empty, tokenizer.bin / tok<vocab>.bin beside it).
 // Throws UsageError naming the file, what is wrong and what is supported.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path = "");

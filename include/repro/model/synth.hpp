@@ -1,4 +1,4 @@
-// Seeded synthetic Llama models: `repro-audit model synth`. The weights come from an integer PRNG
+// Seeded synthetic Llama-family models (llama, qwen2, qwen3): `repro-audit model synth`. The weights come from an integer PRNG
 // (splitmix64) and are turned into floats with exact operations only (an integer times a power of
 // two), so the same options give a bit-identical GGUF on every machine and compiler.
 #pragma once
@@ -10,6 +10,9 @@
 namespace repro {
 
 struct SynthOptions {
+  // GGUF architecture: llama (normal RoPE), qwen2 (neox RoPE, Q/K/V biases), qwen3 (neox RoPE,
+  // per-head Q/K RMSNorm, attention.key_length written).
+  std::string arch = "llama";
   uint64_t seed = 1;
   int dim = 128;
   int hidden_dim = 384;
@@ -23,7 +26,16 @@ struct SynthOptions {
   // --hidden must then be multiples of the block size (32, or 256 for the k-quants).
   std::string type = "f32";
   bool tied = true;          // no output.weight: the classifier reuses token_embd
+  int head_dim = 0;          // per head; 0: dim / heads (qwen3 models often have wider heads)
+  // "" (none), chatml, llama3, llama3.1 or mistral: writes a tokenizer.chat_template of that format
+  // and puts its special tokens (control tokens) at the end of the vocabulary, with EOS set to the
+  // template's end-of-turn token (<|im_end|>, <|eot_id|>; mistral keeps </s>).
+  std::string chat_template;
+  bool rope_freqs = false;   // llama: a rope_freqs tensor of Llama 3.1-style frequency divisors
 };
+
+// The --arch names synth_model accepts: "llama, qwen2, qwen3".
+std::string synth_archs();
 
 // The smallest vocabulary synth_tokenizer can build: <unk>, <s>, </s>, 256 byte tokens and the
 // single-character pieces.

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace repro {
@@ -28,8 +29,14 @@ struct TokenizerData {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Text to ids; prepends BOS when add_bos and the model has one.
+  // Text to ids; prepends BOS when add_bos and the model has one. Text that spells a control
+  // token is encoded as ordinary text.
   virtual std::vector<int> encode(std::string_view text, bool add_bos) const = 0;
+  // As encode, but the text of every special token (types control, user-defined and unknown, e.g.
+  // <|im_start|>, </s>) is matched verbatim and becomes that token, as llama.cpp's parse_special:
+  // longest special tokens first, the text between them encoded on its own. For prompts rendered
+  // by a chat template.
+  std::vector<int> encode_special(std::string_view text, bool add_bos) const;
   // The bytes one token contributes to the output text (control tokens give "").
   virtual std::string piece(int id) const = 0;
   // Concatenated pieces of ids (no leading-space stripping).
@@ -42,6 +49,13 @@ class Tokenizer {
   virtual int bos() const = 0;
   virtual int eos() const = 0;
   virtual std::string kind() const = 0;  // "llama (SentencePiece BPE)" / "gpt2 (byte-level BPE, <pre>)"
+
+ protected:
+  // Called by each tokenizer's constructor: the special tokens encode_special matches.
+  void set_special_tokens(const TokenizerData& d);
+
+ private:
+  std::vector<std::pair<std::string, int>> specials_;  // (text, id), longest first
 };
 
 // Builds the tokenizer the data describes; throws UsageError on inconsistent data.

@@ -1,0 +1,232 @@
+// ctest-labels: unit
+// Chat templates: recognition of a GGUF's tokenizer.chat_template by its markers (ChatML, Llama 3,
+// Llama 3.1, Mistral [INST]), the exact text each renders, --chat-template NAME|FILE, unknown
+// templates as errors (never a fallback), special tokens matched verbatim by the tokenizer, and
+// the templates end to end: synthesized models carrying them, `model info`, `run` and `serve`.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "repro/common/chat.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/model/model.hpp"
+#include "repro/model/synth.hpp"
+#include "repro/report/report.hpp"
+#include "test_util.hpp"
+
+using namespace repro;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json msgs(std::initializer_list<std::pair<const char*, const char*>> m) {
+  json a = json::array();
+  for (const auto& [role, content] : m) a.push_back({{"role", role}, {"content", content}});
+  return a;
+}
+
+std::string render(const std::string& name, const json& m) {
+  return render_chat(m, chat_template_from_option(name), "test");
+}
+
+std::unique_ptr<Model> synth_chat(const std::string& tmpl, const std::string& arch, const fs::path& dir) {
+  SynthOptions o;
+  o.arch = arch;
+  o.dim = 64;
+  o.hidden_dim = 96;
+  o.n_layers = 2;
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.vocab_size = 420;
+  o.context_length = 256;
+  o.chat_template = tmpl;
+  const std::string path = (dir / (tmpl + ".gguf")).string();
+  write_synth_model(o, path);
+  return load_model(path);
+}
+
+std::string cli(const fs::path& dir, const std::string& args) {
+  return "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' '" + test::binary() + "' " + args;
+}
+
+}  // namespace
+
+TEST_CASE("chat templates are recognised by their markers; others are 'unknown' with the reason") {
+  // Shapes of the published templates (abridged to their markers).
+  const std::string qwen25 =
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+      "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
+      "helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}...{%- endfor %}";
+  ChatTemplate t = recognise_chat_template(qwen25, "GGUF tokenizer.chat_template");
+  CHECK(t.name == "chatml");
+  CHECK(t.default_system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  CHECK(t.origin == "GGUF tokenizer.chat_template");
+
+  const std::string qwen3 = "{{- '<|im_start|>system\\n' + messages[0].content + '\\n\\n' }}{{- '<|im_end|>\\n' }}";
+  t = recognise_chat_template(qwen3, "x");
+  CHECK(t.name == "chatml");
+  CHECK(t.default_system.empty());
+
+  CHECK(recognise_chat_template("{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}", "x").name == "llama3");
+  t = recognise_chat_template("<|start_header_id|>{%- set date_string = \"01 Jan 2025\" %}Cutting Knowledge Date"
+                              "<|end_header_id|>",
+                              "x");
+  CHECK(t.name == "llama3.1");
+  CHECK(t.date == "01 Jan 2025");
+  CHECK(recognise_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}", "x").name == "mistral");
+
+  t = recognise_chat_template("[INST] <<SYS>>\\n{{ system }}<</SYS>> [/INST]", "x");
+  CHECK(t.name == "unknown");
+  CHECK(t.problem.find("Llama 2") != std::string::npos);
+  t = recognise_chat_template("[AVAILABLE_TOOLS][INST][/INST]", "x");
+  CHECK(t.name == "unknown");
+  t = recognise_chat_template("{{ '<start_of_turn>user' }}", "GGUF tokenizer.chat_template");
+  CHECK(t.name == "unknown");
+  CHECK_THROWS_WITH_AS(render_chat(msgs({{"user", "hi"}}), t, "prompt 'p1'"),
+                       doctest::Contains("prompt 'p1': the chat template (GGUF tokenizer.chat_template) is not "
+                                         "recognised: it has none of the markers"),
+                       UsageError);
+}
+
+TEST_CASE("each template renders exactly the text its Jinja renders (generation prompt included)") {
+  const json conv = msgs({{"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello."}, {"user", "Why?"}});
+  CHECK(render("chatml", conv) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there \n<|im_end|>\n"
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n");
+  ChatTemplate qwen = chat_template_from_option("chatml");
+  qwen.default_system = "You are Qwen.";
+  CHECK(render_chat(msgs({{"user", "Hi"}}), qwen, "t") ==
+        "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(render("llama3", conv) ==
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWhy?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(render("llama3.1", msgs({{"user", "Hi"}})) ==
+        "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul "
+        "2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(render("mistral", msgs({{"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}})) ==
+        "[INST] Hi [/INST]Hello.</s>[INST] Why? [/INST]");
+  CHECK_THROWS_WITH_AS(render("mistral", conv), doctest::Contains("supports only user and assistant messages"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(render("mistral", msgs({{"assistant", "a"}})), doctest::Contains("alternating"), UsageError);
+  // plain: the project's documented format; one user message is its bare content.
+  CHECK(render("plain", msgs({{"user", "Hi"}})) == "Hi");
+  CHECK(render("plain", msgs({{"system", "S"}, {"user", "Hi"}})) == "system: S\nuser: Hi\nassistant:");
+}
+
+TEST_CASE("--chat-template: a name, or a file recognised the same way; anything else is a usage error") {
+  auto dir = test::scratch_dir("chat-option");
+  CHECK(chat_template_from_option("llama3").origin == "--chat-template llama3");
+  const std::string good = (dir / "qwen.jinja").string(), bad = (dir / "gemma.jinja").string();
+  write_file_atomic(good, "{% for m in messages %}{{ '<|im_start|>' + m['role'] }}<|im_end|>{% endfor %}");
+  write_file_atomic(bad, "{{ '<start_of_turn>' }}");
+  ChatTemplate t = chat_template_from_option(good);
+  CHECK(t.name == "chatml");
+  CHECK(t.origin == "--chat-template " + good);
+  CHECK_THROWS_WITH_AS(chat_template_from_option(bad),
+                       doctest::Contains("the template in the file is not recognised: it has none of the markers"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(chat_template_from_option("zephyr"),
+                       doctest::Contains("--chat-template 'zephyr' is neither a template name (plain, chatml, llama3, "
+                                         "llama3.1, mistral) nor a readable file"),
+                       UsageError);
+}
+
+TEST_CASE("special tokens: matched verbatim in rendered templates (encode_special), plain text otherwise") {
+  auto dir = test::scratch_dir("chat-special");
+  auto m = synth_chat("chatml", "qwen2", dir);
+  CHECK(m->chat_template.name == "chatml");
+  CHECK(m->chat_template.origin == "GGUF tokenizer.chat_template");
+  const Tokenizer& tok = *m->tokenizer;
+  const int im_start = 420 - 3, im_end = 420 - 2;
+  CHECK(tok.eos() == im_end);  // the end-of-turn token ends generation
+  const std::string text = render_chat(msgs({{"user", "the dog"}}), m->chat_template, "t");
+  const std::vector<int> ids = tok.encode_special(text, true);
+  // BOS, <|im_start|>, "user\n" pieces, <|im_end|>, ...: each special token is one id.
+  int starts = 0, ends = 0;
+  for (int id : ids) {
+    starts += id == im_start;
+    ends += id == im_end;
+  }
+  CHECK(starts == 2);
+  CHECK(ends == 1);
+  CHECK(ids.front() == tok.bos());
+  CHECK(ids[1] == im_start);
+  // The text between special tokens is encoded as it would be alone.
+  std::vector<int> user = tok.encode("user\nthe dog", false);
+  CHECK(std::search(ids.begin(), ids.end(), user.begin(), user.end()) != ids.end());
+  // Plain encoding never makes a control token out of text.
+  for (int id : tok.encode(text, true)) CHECK((id != im_start && id != im_end));
+  // A control token spelled inside other text becomes that one token.
+  CHECK(tok.encode_special("a</s>b", false).size() == tok.encode("a", false).size() + 1 + tok.encode("b", false).size());
+
+  auto l3 = synth_chat("llama3", "llama", dir);
+  CHECK(l3->chat_template.name == "llama3");
+  CHECK(l3->tokenizer->piece(l3->tokenizer->eos()).empty());  // <|eot_id|>, a control token
+  const auto l3ids = l3->tokenizer->encode_special(render_chat(msgs({{"user", "Hi"}}), l3->chat_template, "t"), true);
+  // <|start_header_id|> twice, <|end_header_id|> twice, <|eot_id|> once: ids 415..419 (vocab 420).
+  CHECK(std::count_if(l3ids.begin(), l3ids.end(), [](int id) { return id >= 415; }) == 5);
+  CHECK(std::count(l3ids.begin(), l3ids.end(), l3->tokenizer->eos()) == 1);
+  auto mi = synth_chat("mistral", "llama", dir);
+  CHECK(mi->chat_template.name == "mistral");
+  CHECK(mi->chat_template.eos_token == "</s>");
+  auto l31 = synth_chat("llama3.1", "llama", dir);
+  CHECK(l31->chat_template.name == "llama3.1");
+  CHECK(l31->chat_template.date == "26 Jul 2024");
+}
+
+TEST_CASE("cli: model info shows the template; run renders messages with it; unknown templates exit 2") {
+  auto dir = test::scratch_dir("chat-cli");
+  const std::string model = (dir / "q.gguf").string();
+  auto r = test::run_shell(cli(dir, "model synth --arch qwen3 --dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 "
+                                    "--head-dim 32 --vocab 420 --chat-template chatml --out '" + model + "'"));
+  REQUIRE(r.code == 0);
+  r = test::run_shell(cli(dir, "model info '" + model + "'"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("architecture:    qwen3") != std::string::npos);
+  CHECK(r.output.find("head size 32") != std::string::npos);
+  CHECK(r.output.find("rope:            neox") != std::string::npos);
+  CHECK(r.output.find("chat template:   chatml (GGUF tokenizer.chat_template)") != std::string::npos);
+  r = test::run_shell(cli(dir, "model info --json --chat-template mistral '" + model + "'"));
+  json j = json::parse(r.output);
+  CHECK(j["chat_template"]["name"] == "mistral");
+  CHECK(j["chat_template"]["origin"] == "--chat-template mistral");
+  CHECK(j["tensor_types"]["F32"] == 2 + 2 * 11);
+  CHECK(j["memory"]["total_bytes"].get<int64_t>() > 0);
+
+  const std::string prompts = (dir / "p.jsonl").string();
+  write_file_atomic(prompts, R"({"id": "c1", "messages": [{"role": "user", "content": "the dog"}]})" "\n");
+  const std::string out = (dir / "out").string();
+  r = test::run_shell(cli(dir, "run --model '" + model + "' --prompts '" + prompts +
+                                   "' --max-tokens 4 --repeats 1 --batch-sizes 1,3 --format json --quiet --out '" + out +
+                                   "'"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  AuditReport rep = load_report(out + "/report.json");
+  CHECK(rep.prompts["c1"] == "<|im_start|>user\nthe dog<|im_end|>\n<|im_start|>assistant\n");
+
+  // A template the tool does not recognise: messages are refused (exit 2), plain prompts still run.
+  const std::string gemma = (dir / "gemma.jinja").string();
+  write_file_atomic(gemma, "{{ '<start_of_turn>user' }}");
+  r = test::run_shell(cli(dir, "run --model '" + model + "' --prompts '" + prompts + "' --chat-template '" + gemma +
+                                   "' --max-tokens 2 --quiet --out '" + out + "2'"));
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: --chat-template '" + gemma + "': the template in the file is not recognised") !=
+        std::string::npos);
+  r = test::run_shell(cli(dir, "run --model '" + model + "' --prompts '" + prompts +
+                                   "' --chat-template plain --max-tokens 4 --repeats 1 --batch-sizes 1 --format json "
+                                   "--quiet --out '" + out + "3'"));
+  CHECK(r.code == 0);
+  CHECK(load_report(out + "3/report.json").prompts["c1"] == "the dog");
+  r = test::run_shell(cli(dir, "run --endpoint http://127.0.0.1:9 --chat-template chatml --quiet"));
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--chat-template renders messages for the local engine") != std::string::npos);
+}
