@@ -15,7 +15,8 @@ nlohmann::json model_identity(const Model& model, const std::string& model_path)
           {"format", model.format},
           {"arch", model.config.arch},
           {"parameters", model.n_params},
-          {"tokenizer", model.tokenizer->kind()}};
+          {"tokenizer", model.tokenizer->kind()},
+          {"chat_template", model.chat_template.name}};
 }
 
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
