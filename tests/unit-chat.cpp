@@ -4,6 +4,7 @@
 // templates as errors (never a fallback), special tokens matched verbatim by the tokenizer, and
 // the templates end to end: synthesized models carrying them, `model info`, `run` and `serve`.
 #include <doctest/doctest.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "repro/model/model.hpp"
 #include "repro/model/synth.hpp"
 #include "repro/report/report.hpp"
+#include "repro/serve/server.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -229,4 +231,28 @@ TEST_CASE("cli: model info shows the template; run renders messages with it; unk
   r = test::run_shell(cli(dir, "run --endpoint http://127.0.0.1:9 --chat-template chatml --quiet"));
   CHECK(r.code == 2);
   CHECK(r.output.find("--chat-template renders messages for the local engine") != std::string::npos);
+}
+
+TEST_CASE("serve: /v1/chat/completions renders with the model's template and matches its special tokens") {
+  auto dir = test::scratch_dir("chat-serve");
+  auto m = synth_chat("chatml", "qwen2", dir);
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  Server server(*m, EngineOptions{}, so);
+  server.start();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  const json conv = msgs({{"system", "Be brief."}, {"user", "the dog"}});
+  const json body = {{"messages", conv}, {"max_tokens", 3}, {"temperature", 0}};
+  auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  const json j = json::parse(res->body);
+  const std::string text = render_chat(conv, m->chat_template, "t");
+  const auto ids = m->tokenizer->encode_special(text, true);
+  CHECK(j["usage"]["prompt_tokens"].get<size_t>() == ids.size());
+  CHECK(ids.size() < m->tokenizer->encode(text, true).size());  // each special token is one id, not its spelling
+  server.stop();
 }

@@ -440,6 +440,20 @@ TEST_CASE("gpt2 BPE: control tokens are not parsed out of text; BOS rules") {
   CHECK(make_tokenizer(d)->encode("ab", true) == Ids{AB});
 }
 
+TEST_CASE("gpt2 BPE: encode_special matches control and user-defined tokens verbatim, longest first") {
+  auto d = bpe_test_data("llama-bpe");
+  d.tokens.push_back("<|endoftext|>x");  // longer special token that starts like another one
+  d.types.push_back(static_cast<int>(TokenType::UserDefined));
+  const int longer = static_cast<int>(d.tokens.size()) - 1;
+  auto tok = make_tokenizer(d);
+  CHECK(tok->encode_special("<|endoftext|>Hello world<|endoftext|>", false) == Ids{EOT, Hello, Gworld, EOT});
+  CHECK(tok->encode_special("ab<|endoftext|>xab", true) == Ids{EOT, AB, longer, AB});
+  // Text between special tokens is encoded as alone; no special tokens: as encode.
+  CHECK(tok->encode_special("Hello world", true) == tok->encode("Hello world", true));
+  CHECK(tok->encode_special("", true) == Ids{EOT});
+  CHECK(tok->encode_special("<|endoftext", false) == tok->encode("<|endoftext", false));
+}
+
 TEST_CASE("gpt2 BPE: llama3 takes a pre-token that is a whole token as it stands") {
   auto tok = make_tokenizer(bpe_test_data("llama-bpe"));
   CHECK(tok->kind() == "gpt2 (byte-level BPE, llama3)");
