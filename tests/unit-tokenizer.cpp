@@ -478,6 +478,11 @@ TEST_CASE("gpt2 pre-tokenizers split as their regexes say") {
   CHECK(bpe_pre_tokenize("gpt2", "I'M here") == Strs{"I", "'", "M", " here"});
   CHECK(bpe_pre_tokenize("llama3", "  leading") == Strs{" ", " leading"});
   CHECK(bpe_pre_tokenize("gpt2", "a  b") == Strs{"a", " ", " b"});
+  // smollm: digits split out first, then GPT-2's pattern without its last "\s+" on each piece.
+  CHECK(bpe_pre_tokenize("smollm", "abc 123 x") == Strs{"abc", " ", "1", "2", "3", " x"});
+  CHECK(bpe_pre_tokenize("smollm", "a   5") == Strs{"a", "   ", "5"});  // one regex would cut "  ", " "
+  CHECK(bpe_pre_tokenize("smollm", "Hello world's") == Strs{"Hello", " world", "'s"});
+  CHECK(bpe_pre_tokenize("starcoder", "x1") == bpe_pre_tokenize("smollm", "x1"));
   CHECK(bpe_pre_tokenize("llama3", "a\n\nb") == Strs{"a", "\n\n", "b"});
   CHECK(bpe_pre_tokenize("llama3", "$100 and 1234567") == Strs{"$", "100", " and", " ", "123", "456", "7"});
   CHECK(bpe_pre_tokenize("llama3", "hello,world") == Strs{"hello", ",world"});

@@ -1,4 +1,4 @@
-// GPT-2 style byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"): Llama-3, Qwen2, GPT-2 vocabularies.
+// GPT-2 style byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"): Llama-3, Qwen2, SmolLM, GPT-2 vocabularies.
 //
 // Encoding: the text is cut into pre-tokens by the model's pre-tokenizer regex (PCRE2, UTF + UCP,
 // JIT when available); bytes that no alternative matches (invalid UTF-8) form pre-tokens of their
@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -38,10 +39,16 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// SmolLM (and StarCoder-style vocabularies): every digit is split out first, then the pieces
+// between digits are cut by a GPT-2 pattern (without GPT-2's last alternative, plain \s+).
+constexpr const char* kDigitPattern = R"(\p{N})";
+constexpr const char* kSmollmPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+
 struct PreSpec {
   const char* pattern;
   bool ignore_merges;
   const char* name;
+  const char* first = nullptr;  // a pattern that splits the text before `pattern` cuts each piece
 };
 
 PreSpec pre_spec(const std::string& pre) {
@@ -49,8 +56,10 @@ PreSpec pre_spec(const std::string& pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "smaug-bpe")
     return {kLlama3Pattern, true, "llama3"};
   if (pre == "qwen2") return {kQwen2Pattern, false, "qwen2"};
+  if (pre == "smollm" || pre == "starcoder") return {kSmollmPattern, false, "smollm", kDigitPattern};
   throw UsageError("tokenizer pre-tokenizer '" + pre +
-                   "' is not supported; supported are 'default'/'gpt2', 'llama-bpe'/'llama3' and 'qwen2'");
+                   "' is not supported; supported are 'default'/'gpt2', 'llama-bpe'/'llama3', 'qwen2' and "
+                   "'smollm'/'starcoder'");
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -163,13 +172,32 @@ class Regex {
   bool jit_ = false;
 };
 
+// The pre-tokenizer of a spec: its `first` pattern (if any) splits the text, then its main pattern
+// cuts every piece; f(begin, end) in text offsets, covering every byte in order.
+class PreTokenizer {
+ public:
+  explicit PreTokenizer(const PreSpec& spec)
+      : main_(spec.pattern), first_(spec.first ? std::make_unique<Regex>(spec.first) : nullptr) {}
+  template <class F>
+  void split(std::string_view text, F&& f) const {
+    if (!first_) return main_.split(text, f);
+    first_->split(text, [&](size_t b, size_t e) {
+      main_.split(text.substr(b, e - b), [&](size_t b2, size_t e2) { f(b + b2, b + e2); });
+    });
+  }
+
+ private:
+  Regex main_;
+  std::unique_ptr<Regex> first_;
+};
+
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(const TokenizerData& d) : d_(d) {
     validate_common(d_);
     set_special_tokens(d_);
     const PreSpec spec = pre_spec(d_.pre);
-    regex_ = std::make_unique<Regex>(spec.pattern);
+    regex_ = std::make_unique<PreTokenizer>(spec);
     ignore_merges_ = spec.ignore_merges;
     pre_name_ = spec.name;
     const size_t n = d_.tokens.size();
@@ -339,7 +367,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   TokenizerData d_;
-  std::unique_ptr<Regex> regex_;
+  std::unique_ptr<PreTokenizer> regex_;
   bool ignore_merges_ = false;
   std::string pre_name_;
   TokenMap all_;                                 // token text -> id (no control / unused tokens)
@@ -351,7 +379,7 @@ class BpeTokenizer final : public Tokenizer {
 }  // namespace
 
 std::vector<std::string> bpe_pre_tokenize(const std::string& pre, std::string_view text) {
-  Regex re(pre_spec(pre).pattern);
+  PreTokenizer re(pre_spec(pre));
   std::vector<std::string> out;
   re.split(text, [&](size_t b, size_t e) { out.emplace_back(text.substr(b, e - b)); });
   return out;

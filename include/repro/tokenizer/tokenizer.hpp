@@ -1,5 +1,5 @@
 // Tokenizers: SentencePiece-style BPE (GGUF `tokenizer.ggml.model = llama`, llama2.c tok*.bin) and
-// GPT-2 style byte-level BPE (`tokenizer.ggml.model = gpt2`, Llama-3 / Qwen2 pre-tokenizers via PCRE2).
+// GPT-2 style byte-level BPE (`tokenizer.ggml.model = gpt2`, Llama-3 / Qwen2 / SmolLM pre-tokenizers via PCRE2).
 #pragma once
 #include <memory>
 #include <string>
@@ -15,7 +15,7 @@ enum class TokenType : int { Undefined = 0, Normal = 1, Unknown = 2, Control = 3
 // Everything a tokenizer needs, as read from a GGUF file or a llama2.c tokenizer file.
 struct TokenizerData {
   std::string model = "llama";       // "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
-  std::string pre = "default";       // gpt2 pre-tokenizer: "default"/"gpt2", "llama-bpe"/"llama3", "qwen2"
+  std::string pre = "default";       // gpt2 pre-tokenizer: "default"/"gpt2", "llama-bpe"/"llama3", "qwen2", "smollm"
   std::vector<std::string> tokens;   // piece text; llama pieces use U+2581 for space (llama2.c: ' ')
   std::vector<float> scores;         // llama: merge priority (higher merges first)
   std::vector<int> types;            // TokenType per token; empty = all Normal
