@@ -123,6 +123,22 @@ TEST_CASE("each template renders exactly the text its Jinja renders (generation 
   CHECK(render("plain", msgs({{"system", "S"}, {"user", "Hi"}})) == "system: S\nuser: Hi\nassistant:");
 }
 
+TEST_CASE("renderings equal llama.cpp's Jinja rendering of the templates synth writes (tests/data/README.md)") {
+  // llama-server --jinja, POST /apply-template (its leading BOS text is not part of "prompt").
+  const json conv = msgs({{"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello."}, {"user", "Why?"}});
+  CHECK(render("llama3.1", conv) ==
+        "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul "
+        "2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+        "Why?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  // The synthesized files carry templates recognised as the names they were written for.
+  auto dir = test::scratch_dir("chat-synth-names");
+  for (const char* name : {"chatml", "llama3", "llama3.1", "mistral"}) {
+    CAPTURE(name);
+    CHECK(synth_chat(name, "llama", dir)->chat_template.name == name);
+  }
+}
+
 TEST_CASE("--chat-template: a name, or a file recognised the same way; anything else is a usage error") {
   auto dir = test::scratch_dir("chat-option");
   CHECK(chat_template_from_option("llama3").origin == "--chat-template llama3");
