@@ -197,7 +197,7 @@ TEST_CASE("stories260K: the engine records top-5 and margins; batch-invariant ne
     CHECK(c.drift_size.fragile.has_value());
   }
   std::string term = to_terminal(r);
-  CHECK(term.find("finding: batch-invariant: bitwise identical to the reference context in all 8 completions") !=
+  CHECK(term.find("finding: batch-invariant (f32): bitwise identical to the reference context in all 8 completions") !=
         std::string::npos);
   std::string md = to_markdown(r);
   CHECK(md.find("## Size of the drift against the reference context") != std::string::npos);
@@ -206,10 +206,13 @@ TEST_CASE("stories260K: the engine records top-5 and margins; batch-invariant ne
   CHECK(html.find("id=\"glossary\"") != std::string::npos);
 }
 
-TEST_CASE("stories260K, bf16 activations, a reduced batch sweep: batch-invariant stays bitwise, default carries sizes") {
+TEST_CASE("stories260K, the batch-sweep profile reduced (f32 and bf16): batch-invariant stays bitwise, default carries sizes") {
   REPRO_REQUIRE_MODELS(dir);
   auto model = load_model((dir / "stories260K.gguf").string());
   PlanOptions plan;
+  apply_profile(find_profile("batch-sweep"), plan);
+  REQUIRE(plan.precisions == std::vector<std::string>{"f32", "bf16"});  // the profile's precision axis
+  // reduced to a few seconds: three prompts, 32 tokens, one repeat, four batch sizes
   plan.prompts = {prompt_from_text("Once upon a time"), prompt_from_text("The little dog was"),
                   prompt_from_text("Lily wanted to")};
   plan.max_tokens = 32;
@@ -218,33 +221,56 @@ TEST_CASE("stories260K, bf16 activations, a reduced batch sweep: batch-invariant
   plan.positions = {"first", "last"};
   plan.filler_sets = 2;
   AuditReport r;
-  r.environment["engine"] = {{"precision", "bf16"}};
   RunControl ctl;
-  ctl.precision = Precision::BF16;
   run_local(plan, *model, r, ctl);
   analyze(r);
+  // one case per prompt, mode and precision; every completion records its precision
+  CHECK(r.cases.size() == 3 * 2 * 2);
+  for (const auto& c : r.completions) CHECK((c.precision == "f32" || c.precision == "bf16"));
+  // one headline row per (mode, precision)
+  REQUIRE(r.summary.modes.size() == 4);
   // contexts per prompt: batch 1 once; batch 2, 8, 33 at two positions with two filler draws each
   const int compared = 3 * (1 + 3 * 2 * 2 - 1);
+  int bf16_default = 0;
   for (const auto& m : r.summary.modes) {
     const ModeDriftSize& d = m.drift_size;
+    CAPTURE(m.mode);
+    CAPTURE(m.precision);
+    CHECK(m.cases == 3);
     CHECK(d.bit_differ.n == compared);
     CHECK(d.max_dlogprob.has_value());
-    CHECK(m.drift_size.finding.find(m.mode + " (bf16): ") == 0);
+    CHECK(m.drift_size.finding.find(m.mode + " (" + m.precision + "): ") == 0);
     if (m.mode == "batch-invariant") {
       CHECK(d.bit_differ.k == 0);
       CHECK(d.token_differ.k == 0);
       CHECK(*d.max_dlogprob == 0.0);
+      CHECK(m.divergent_cases == 0);
     } else {
       // default: the sizes are there whatever they are; the attribution covers the factors varied
       std::vector<std::string> names;
       for (const auto& f : d.factors) names.push_back(f.factor);
       CHECK(names == std::vector<std::string>{"batch_size", "position", "filler_set"});
-      MESSAGE("stories260K bf16 reduced sweep: " << d.finding << "; token-differing completions "
-                                                 << rate_text(d.token_differ));
+      bf16_default += m.precision == "bf16";
+      MESSAGE("stories260K reduced sweep: " << d.finding << "; token-differing completions "
+                                            << rate_text(d.token_differ) << "; fragile steps " << d.fragile);
     }
   }
+  CHECK(bf16_default == 1);
   for (const auto& c : r.cases) {
     REQUIRE(c.drift_size.fragile.has_value());
     CHECK(!c.drift_size.status.empty());
+  }
+  // the reports carry the precision per case and the attribution per (mode, precision)
+  std::string md = to_markdown(r);
+  CHECK(md.find("default (bf16), by batch\\_size") != std::string::npos);
+  CHECK(md.find("| batch-invariant (bf16) |") != std::string::npos);
+  CHECK(md.find("fragile tokens") != std::string::npos);
+  // the cross-mode tables compare the outputs of every (mode, precision)
+  REQUIRE(!r.cross_mode.empty());
+  CHECK(r.cross_mode[0].table.values.size() == 4);
+  // throughput rows per (mode, precision, batch size), each compared with default at its precision
+  for (const auto& t : r.throughput) {
+    CHECK((t.precision == "f32" || t.precision == "bf16"));
+    if (t.mode == "batch-invariant") CHECK(t.ratio_vs_default.has_value());
   }
 }

@@ -138,6 +138,7 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"max_tokens", 17},
       {"repeats", 5},
       {"modes", {"batch-invariant"}},
+      {"precisions", {"bf16", "f16"}},
       {"batch_sizes", {2, 3, 64}},
       {"positions", {"middle", "2"}},
       {"filler_sets", 4},
@@ -221,6 +222,19 @@ TEST_CASE("plan option table: every option survives profile -> report -> resume"
     CHECK(check_plan_value(opt, parse_flag_value(opt, flag_text(want.at(opt.name))), opt.flag_name()) ==
           want.at(opt.name));
   }
+
+  // a plan block from before precisions were a plan axis: the engine's one precision
+  AuditReport older = back;
+  older.plan.erase("precisions");
+  older.environment["engine"] = {{"precision", "bf16"}};
+  CHECK(plan_from_report(older).precisions == std::vector<std::string>{"bf16"});
+  older.environment.erase("engine");
+  CHECK(plan_from_report(older).precisions == std::vector<std::string>{"f32"});
+  // the range check names the flag and the values
+  const PlanOption* prec = find_plan_option_by_key("precisions");
+  REQUIRE(prec != nullptr);
+  CHECK_THROWS_WITH_AS(check_plan_value(*prec, parse_flag_value(*prec, "f32,fp8"), "--precisions"),
+                       doctest::Contains("--precisions must be f32, bf16 or f16 (got 'fp8')"), UsageError);
 
   // a plan block without an option cannot be resumed silently with its default
   AuditReport old = back;

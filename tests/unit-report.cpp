@@ -243,7 +243,7 @@ TEST_CASE("schema: every structure maps to JSON and back through nlohmann/json")
   c.error = "";
   c.attempts = 3;
   nlohmann::json j = c;
-  CHECK(j.size() == 32);  // with the per-step records: margins, margins_rel, top_k, top_ids, top_logprobs
+  CHECK(j.size() == 33);  // with precision and the per-step records: margins, margins_rel, top_k, top_ids, top_logprobs
   CHECK(j["decoding"] == "t0.7-s3");
   CHECK(j["logprobs"][1].is_null());  // -inf has no JSON form
   Completion back = j.get<Completion>();

@@ -2,6 +2,8 @@
 // reports, exit codes, bad input, Ctrl-C / SIGTERM partial output and --resume, --baseline.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -36,14 +38,19 @@ TEST_CASE("run with no arguments: quick profile on the embedded model, all repor
   CHECK(rep.summary.verdict == "reproducible");
   CHECK(verify_report_digest(read_file((dir / "repro-audit-report" / "report.json").string())));
   int invariant_cases = 0;
+  std::set<std::string> precisions;
   for (const auto& c : rep.cases)
     if (c.mode == "batch-invariant") {
       ++invariant_cases;
+      precisions.insert(c.precision);
       CHECK(c.unique == 1);
       CHECK(c.tarr);
       CHECK(!c.bit_divergent);
     }
-  CHECK(invariant_cases == 3);
+  CHECK(invariant_cases == 3 * 2);  // 3 prompts at f32 and bf16 (the quick profile's precisions)
+  CHECK(precisions == std::set<std::string>{"bf16", "f32"});
+  CHECK(rep.plan["precisions"] == nlohmann::json::array({"f32", "bf16"}));
+  CHECK(rep.environment["engine"]["precisions"] == nlohmann::json::array({"f32", "bf16"}));
   bool has_ratio = false;
   for (const auto& t : rep.throughput)
     if (t.mode == "batch-invariant" && t.ratio_vs_default) has_ratio = true;
@@ -76,6 +83,8 @@ TEST_CASE("run: bad input exits 2 with one line naming the flag or file") {
       {"run --format pdf", "pdf"},
       {"run --positions sideways", "--positions must be first, middle, last or a non-negative integer (got 'sideways')"},
       {"run --no-such-flag", "no-such-flag"},
+      {"run --precisions f32,fp8", "--precisions must be f32, bf16 or f16 (got 'fp8')"},
+      {"run --precision bf16 --precisions f32", "--precision and --precisions exclude each other"},
       // the gate must apply to something that runs
       {"run --modes default", "the gate of profile 'quick' (thresholds.modes; override with --gate-modes): "
                               "'batch-invariant' is not a mode or endpoint label of this run; this run has default"},
@@ -126,7 +135,7 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   CHECK(rd.baseline->digest_ok);
   CHECK(rd.baseline->file == (dir / "a" / "report.json").string());
   CHECK(rd.baseline->report_sha256.size() == 64);
-  CHECK(rd.baseline->changes.size() == 2);  // one case removed, one added
+  CHECK(rd.baseline->changes.size() == 4);  // one case removed, one added, at each of the two precisions
   std::string md = read_file((dir / "d" / "report.md").string());
   CHECK(md.find("**Verdict: drift** (exit 1)") != std::string::npos);
   CHECK(md.find("## Baseline") != std::string::npos);
@@ -134,7 +143,7 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   CHECK(html.find("Verdict: DRIFT<small>") != std::string::npos);
   CHECK(html.find("id=\"baseline\"") != std::string::npos);
   std::string junit = read_file((dir / "d" / "report.junit.xml").string());
-  CHECK(junit.find("<testsuites name=\"repro-audit\" tests=\"2\" failures=\"1\" errors=\"0\">") != std::string::npos);
+  CHECK(junit.find("<testsuites name=\"repro-audit\" tests=\"3\" failures=\"1\" errors=\"0\">") != std::string::npos);
   CHECK(junit.find("type=\"drift\"") != std::string::npos);
   // no drift: the baseline section says so and the verdict stays reproducible
   AuditReport rc = load_report((dir / "c" / "report.json").string());
@@ -151,7 +160,8 @@ TEST_CASE("run: Ctrl-C and SIGTERM write what finished (exit 130 / 143) and --re
     // Make the cache first so the signal lands in the replay, not in model synthesis.
     REQUIRE(sh(cli(dir, "generate --max-tokens 1")).code == 0);
     std::string args =
-        "run --quiet --repeats 12 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() + "'";
+        "run --quiet --repeats 6 --precisions f32,bf16 --batch-sizes 1,8,16 --max-tokens 24 --out '" + out.string() +
+        "'";
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -170,8 +180,8 @@ TEST_CASE("run: Ctrl-C and SIGTERM write what finished (exit 130 / 143) and --re
     CHECK(partial.summary.interrupted);
     CHECK(partial.summary.verdict == "interrupted");
     CHECK(partial.completions.size() > 0);
-    // 3 prompts x (1 + 2x2 + 2x2 contexts) x 12 repeats x 2 modes
-    const size_t total = 3 * 9 * 12 * 2;
+    // 3 prompts x (1 + 2x2 + 2x2 contexts) x 6 repeats x 2 precisions x 2 modes
+    const size_t total = 3 * 9 * 6 * 2 * 2;
     CHECK(partial.completions.size() < total);
     auto r = sh(cli(dir, "run --quiet --resume '" + out.string() + "'"));
     INFO(r.output);

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "repro/audit/drift.hpp"
@@ -244,9 +245,9 @@ FactorTable make_table(const std::string& factor, const std::vector<std::string>
 }
 
 struct CaseKey {
-  std::string prompt, decoding, mode;
+  std::string prompt, decoding, mode, precision;
   bool operator<(const CaseKey& o) const {
-    return std::tie(prompt, decoding, mode) < std::tie(o.prompt, o.decoding, o.mode);
+    return std::tie(prompt, decoding, mode, precision) < std::tie(o.prompt, o.decoding, o.mode, o.precision);
   }
 };
 
@@ -416,26 +417,30 @@ void analyze(AuditReport& r) {
   AnswerExtractor extractor(r.answer_regex, r.answer_json_path);
   const auto& all = r.completions;
 
-  // ---- group by (prompt, decoding, mode), in order of first appearance
+  // ---- group by (prompt, decoding, mode, precision), in order of first appearance
   std::vector<std::string> hashes(all.size());
   std::map<CaseKey, int> case_of;
   std::vector<std::vector<int>> members;
   r.cases.clear();
   std::vector<std::string> mode_order;
+  std::vector<std::string> label_order;  // "default (f32)", "default (bf16)": the cross-mode tables' rows
   bool any_remote = false;
   for (size_t i = 0; i < all.size(); ++i) {
     const Completion& c = all[i];
-    CaseKey key{c.prompt_id, c.decoding_id, c.mode};
+    CaseKey key{c.prompt_id, c.decoding_id, c.mode, c.precision};
     auto [it, added] = case_of.emplace(key, static_cast<int>(r.cases.size()));
     if (added) {
       CaseResult cr;
       cr.prompt_id = c.prompt_id;
       cr.decoding_id = c.decoding_id;
       cr.mode = c.mode;
+      cr.precision = c.precision;
       if (auto p = r.prompts.find(c.prompt_id); p != r.prompts.end()) cr.prompt_text = p->second;
       r.cases.push_back(std::move(cr));
       members.emplace_back();
       if (std::find(mode_order.begin(), mode_order.end(), c.mode) == mode_order.end()) mode_order.push_back(c.mode);
+      std::string label = mode_label(c.mode, c.precision);
+      if (std::find(label_order.begin(), label_order.end(), label) == label_order.end()) label_order.push_back(label);
     }
     any_remote = any_remote || is_remote(c);
     if (!c.error.empty()) {
@@ -450,9 +455,9 @@ void analyze(AuditReport& r) {
     analyze_drift(r.cases[k], all, members[k], r.fragile_margin);  // size of the drift: drift.cpp
   }
 
-  // ---- cross-mode tables: per (prompt, decoding), which outputs each mode produced
+  // ---- cross-mode tables: per (prompt, decoding), which outputs each mode (at each precision) produced
   r.cross_mode.clear();
-  if (mode_order.size() > 1) {
+  if (label_order.size() > 1) {
     std::map<std::pair<std::string, std::string>, std::vector<int>> groups;
     std::vector<std::pair<std::string, std::string>> group_order;
     for (size_t i = 0; i < all.size(); ++i) {
@@ -475,11 +480,11 @@ void analyze(AuditReport& r) {
       std::map<std::string, int> col;
       for (size_t c = 0; c < x.hashes.size(); ++c) col[x.hashes[c]] = static_cast<int>(c);
       x.table.factor = any_remote ? "endpoint" : "mode";
-      for (const auto& m : mode_order) {
+      for (const auto& m : label_order) {
         std::vector<int> row(x.hashes.size(), 0);
         bool present = false;
         for (int i : g)
-          if (all[i].mode == m) row[col[hashes[i]]]++, present = true;
+          if (mode_label(all[i].mode, all[i].precision) == m) row[col[hashes[i]]]++, present = true;
         if (!present) continue;
         x.table.values.push_back(m);
         x.table.counts.push_back(row);
@@ -496,18 +501,19 @@ void analyze(AuditReport& r) {
   // ---- throughput: rows given by the runner (measured wall time) are kept; otherwise computed per
   // (mode, batch size) as sum of generated tokens / sum of completion latencies
   if (r.throughput.empty()) {
-    std::map<std::pair<std::string, int>, ThroughputRow> rows;
+    std::map<std::tuple<std::string, std::string, int>, ThroughputRow> rows;
     for (const auto& c : all) {
       if (!c.error.empty()) continue;
-      auto& row = rows[{c.mode, c.batch_size}];
+      auto& row = rows[{c.mode, c.precision, c.batch_size}];
       row.mode = c.mode;
+      row.precision = c.precision;
       row.batch_size = c.batch_size;
       row.tokens += c.completion_tokens > 0 ? c.completion_tokens : static_cast<int64_t>(c.tokens.size());
       row.seconds += c.latency_s;
     }
     for (const auto& m : mode_order)
       for (auto& [k, row] : rows)
-        if (k.first == m) r.throughput.push_back(row);
+        if (std::get<0>(k) == m) r.throughput.push_back(row);
   }
   for (auto& row : r.throughput) {
     if (row.seconds > 0 && row.tokens > 0) row.tokens_per_s = static_cast<double>(row.tokens) / row.seconds;
@@ -519,7 +525,7 @@ void analyze(AuditReport& r) {
   if (base_mode.empty() && !r.throughput.empty()) base_mode = r.throughput[0].mode;
   for (auto& row : r.throughput) {
     for (const auto& b : r.throughput)
-      if (b.mode == base_mode && b.batch_size == row.batch_size && b.tokens_per_s > 0)
+      if (b.mode == base_mode && b.precision == row.precision && b.batch_size == row.batch_size && b.tokens_per_s > 0)
         row.ratio_vs_default = row.tokens_per_s / b.tokens_per_s;
   }
 
@@ -527,12 +533,8 @@ void analyze(AuditReport& r) {
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
   compute_verdicts(r, mode_order);
-  // Drift size against the reference context, per mode (src/audit/drift.cpp).
-  std::string engine_precision;  // named in the drift finding ("f32", "bf16")
-  if (r.environment.is_object())
-    if (auto e = r.environment.find("engine"); e != r.environment.end() && e->is_object())
-      if (auto p = e->find("precision"); p != e->end() && p->is_string()) engine_precision = p->get<std::string>();
-  for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases, engine_precision);
+  // Drift size against the reference context, per mode and precision (src/audit/drift.cpp).
+  for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases);
 }
 
 // ============================================================================ benchmark

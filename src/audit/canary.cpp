@@ -21,13 +21,25 @@ const char* canary_level_name(CanaryLevel l) {
 
 namespace {
 
-using CaseKey = std::tuple<std::string, std::string, std::string>;  // prompt, decoding, mode
+using CaseKey = std::tuple<std::string, std::string, std::string>;  // prompt, decoding, mode (precision)
 using ContextKey = std::tuple<std::string, std::string, std::string, int, int, std::string, uint64_t, int, std::string>;
 
-CaseKey case_key(const CaseResult& c) { return {c.prompt_id, c.decoding_id, c.mode}; }
-ContextKey context_key(const Completion& c) {
-  return {c.prompt_id, c.decoding_id, c.mode, c.batch_size, c.position, c.filler_set, c.seed, c.repeat, c.cache_state};
-}
+// A case's mode with its precision ("default (bf16)"); a baseline written before precisions were
+// recorded ran one precision, and is compared by mode alone.
+struct Keys {
+  bool with_precision = true;
+  std::string mode_of(const std::string& mode, const std::string& precision) const {
+    return with_precision ? mode_label(mode, precision) : mode;
+  }
+  CaseKey case_key(const CaseResult& c) const { return {c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision)}; }
+  ContextKey context_key(const Completion& c) const {
+    return {c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision), c.batch_size, c.position, c.filler_set, c.seed,
+            c.repeat, c.cache_state};
+  }
+  std::string case_name(const CaseResult& c) const {
+    return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision));
+  }
+};
 
 std::string shorten(const std::string& s) { return s.size() > 12 ? s.substr(0, 12) : s; }
 
@@ -76,13 +88,15 @@ std::string join(const std::set<std::string>& s) {
   return o.empty() ? "(none)" : o;
 }
 
-std::string case_name(const CaseResult& c) { return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, c.mode); }
 
 }  // namespace
 
 CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun) {
   CanaryResult res;
   std::vector<std::string> red, yellow;
+  Keys keys;
+  keys.with_precision = false;
+  for (const auto& c : baseline.cases) keys.with_precision = keys.with_precision || !c.precision.empty();
 
   // ---- identity
   const std::string ma = json_text(baseline.environment, "digests", "model_sha256");
@@ -105,13 +119,13 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
 
   // ---- cases: token and answer drift
   std::map<CaseKey, const CaseResult*> in_rerun;
-  for (const auto& c : rerun.cases) in_rerun[case_key(c)] = &c;
+  for (const auto& c : rerun.cases) in_rerun[keys.case_key(c)] = &c;
   std::set<CaseKey> seen;
   for (const auto& ca : baseline.cases) {
-    seen.insert(case_key(ca));
-    auto it = in_rerun.find(case_key(ca));
+    seen.insert(keys.case_key(ca));
+    auto it = in_rerun.find(keys.case_key(ca));
     if (it == in_rerun.end()) {
-      red.push_back("case " + case_name(ca) + " missing from the rerun");
+      red.push_back("case " + keys.case_name(ca) + " missing from the rerun");
       continue;
     }
     const CaseResult& cb = *it->second;
@@ -121,20 +135,20 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
     if (extractor && answers(ca) == answers(cb)) {
       res.answer_preserving++;
       yellow.push_back(fmt::format("case {}: token outputs changed ({} -> {} distinct), answers unchanged ({})",
-                                   case_name(ca), ca.clusters.size(), cb.clusters.size(), join(answers(ca))));
+                                   keys.case_name(ca), ca.clusters.size(), cb.clusters.size(), join(answers(ca))));
     } else if (extractor) {
       res.answer_drift++;
-      red.push_back(fmt::format("case {}: answers {} -> {}", case_name(ca), join(answers(ca)), join(answers(cb))));
+      red.push_back(fmt::format("case {}: answers {} -> {}", keys.case_name(ca), join(answers(ca)), join(answers(cb))));
     } else {
       res.token_drift++;
       std::string first = cb.clusters.empty() ? std::string("(no output)") : shorten(cb.clusters[0].hash);
-      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})", case_name(ca),
+      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})", keys.case_name(ca),
                                 ca.clusters.size(), cb.clusters.size(),
                                 ca.clusters.empty() ? std::string("(no output)") : shorten(ca.clusters[0].hash), first));
     }
   }
   for (const auto& cb : rerun.cases)
-    if (!seen.count(case_key(cb))) red.push_back("case " + case_name(cb) + " is new in the rerun (the plan changed)");
+    if (!seen.count(keys.case_key(cb))) red.push_back("case " + keys.case_name(cb) + " is new in the rerun (the plan changed)");
 
   // ---- bits, context by context, where the tokens agree. The local engine gives the same bits for
   // the same context run after run; an endpoint need not, so there only cases whose bits were stable
@@ -142,23 +156,24 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
   const bool remote = baseline.environment.is_object() && baseline.environment.contains("endpoints");
   std::set<CaseKey> stable;
   for (const auto& ca : baseline.cases)
-    if (!remote || (ca.bit_unique <= 1 && ca.unique <= 1)) stable.insert(case_key(ca));
+    if (!remote || (ca.bit_unique <= 1 && ca.unique <= 1)) stable.insert(keys.case_key(ca));
   std::map<ContextKey, const Completion*> base_ctx;
   for (const auto& c : baseline.completions)
-    if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, c.mode}))
-      base_ctx.emplace(context_key(c), &c);
+    if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, keys.mode_of(c.mode, c.precision)}))
+      base_ctx.emplace(keys.context_key(c), &c);
   std::map<std::string, int> bit_by_mode;
   std::map<std::string, const Completion*> first_by_mode;
   for (const auto& c : rerun.completions) {
     if (!c.error.empty() || !has_bits(c)) continue;
-    auto it = base_ctx.find(context_key(c));
+    auto it = base_ctx.find(keys.context_key(c));
     if (it == base_ctx.end()) continue;
     // same output: token ids where both know them (a report stores text with invalid UTF-8 replaced)
     const Completion& b = *it->second;
     if (b.tokens_known && c.tokens_known ? b.tokens != c.tokens : b.text != c.text) continue;
     if (bit_fingerprint(*it->second) != bit_fingerprint(c)) {
       res.bit_drift++;
-      if (!bit_by_mode[c.mode]++) first_by_mode[c.mode] = &c;
+      const std::string m = keys.mode_of(c.mode, c.precision);
+      if (!bit_by_mode[m]++) first_by_mode[m] = &c;
     }
   }
   for (const auto& [mode, n] : bit_by_mode) {

@@ -273,7 +273,7 @@ std::string sci(double v) { return v == 0 ? "0" : fmt::format("{:.2g}", v); }
 
 }  // namespace
 
-void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases, const std::string& precision) {
+void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases) {
   ModeDriftSize md;
   int bit = 0, tok = 0, compared = 0, div_cases = 0, cmp_cases = 0;
   int64_t steps = 0;
@@ -281,7 +281,7 @@ void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases, cons
   std::map<std::string, FactorAcc> acc;
   std::vector<std::string> factor_order;
   for (const auto& cr : cases) {
-    if (cr.mode != ms.mode) continue;
+    if (cr.mode != ms.mode || cr.precision != ms.precision) continue;
     const DriftSize& d = cr.drift_size;
     bit += d.bit_differ;
     tok += d.token_differ;
@@ -311,7 +311,7 @@ void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases, cons
   for (const auto& f : factor_order) md.factors.push_back(acc[f].table(f));
 
   // ---- the finding, one line
-  std::string who = ms.mode + (precision.empty() ? "" : " (" + precision + ")");
+  std::string who = mode_label(ms.mode, ms.precision);
   std::string s;
   if (compared == 0) {
     s = who + ": nothing to compare (each case ran in one context only)";

@@ -162,6 +162,13 @@ PlanOptions plan_from_report(const AuditReport& r) {
       o.profile_digest = d->get<std::string>();
   for (const auto& opt : plan_options()) {
     const nlohmann::json* v = at_key(j, opt.report_key);
+    nlohmann::json engine_precision;
+    if (!v && std::string(opt.report_key) == "precisions") {
+      // Reports written before precisions became a plan axis ran one precision: the engine's.
+      const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;
+      engine_precision = nlohmann::json::array({p && p->is_string() ? p->get<std::string>() : "f32"});
+      v = &engine_precision;
+    }
     if (!v) throw lacks(opt.report_key);
     opt.set(o, check_plan_value(opt, *v, std::string("cannot resume: the report's plan key \"") + opt.report_key + "\""));
   }

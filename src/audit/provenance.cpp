@@ -68,6 +68,7 @@ void record_provenance(AuditReport& report, const PlanOptions& plan, const Model
     std::vector<Mode> modes;
     for (const auto& m : plan.modes) modes.push_back(parse_mode(m, "--modes"));
     report.environment["engine"] = engine_record(engine.device, engine.precision, modes, plan.threads);
+    report.environment["engine"]["precisions"] = plan.precisions;  // every precision of the plan, in order
   } else {
     report.environment["endpoints"] = endpoints_record(endpoints);
   }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+
+#include <fmt/core.h>
 #include <map>
 #include <set>
 
@@ -19,28 +21,55 @@ namespace repro {
 using Clock = std::chrono::steady_clock;
 
 std::string cell_key(const Completion& c) {
-  return c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + std::to_string(c.batch_size) + "|" +
-         std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat);
+  return c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + c.precision + "|" + std::to_string(c.batch_size) +
+         "|" + std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat);
+}
+
+std::string progress_line(const ProgressState& p) {
+  const int width = 30;
+  double share = p.total_work > 0 ? static_cast<double>(p.done_work) / static_cast<double>(p.total_work) : 1.0;
+  share = std::min(1.0, std::max(0.0, share));
+  std::string bar(static_cast<size_t>(width * share), '=');
+  bar.resize(width, ' ');
+  std::string eta = "ETA --";
+  if (p.measured_work > 0 && p.measured_seconds > 0) {
+    double rate = static_cast<double>(p.measured_work) / p.measured_seconds;  // tokens per second so far
+    eta = fmt::format("ETA {:.0f}s", static_cast<double>(p.total_work - p.done_work) / rate);
+  } else if (p.done_work >= p.total_work) {
+    eta = "ETA 0s";
+  }
+  std::string line = fmt::format("[{}] {}/{} cells, {:.0f}% of tokens  {:.0f}s elapsed  {}", bar, p.done_cells,
+                                 p.total_cells, 100.0 * share, p.elapsed_s, eta);
+  if (!p.current.empty()) line += "  " + p.current;
+  line += fmt::format("  divergent cases: {}", p.divergent_cases);
+  return line;
 }
 
 namespace {
 
-// A one-line progress bar with ETA on stderr; silent when stderr is not a terminal.
+// A one-line progress bar on stderr; silent when stderr is not a terminal. The ETA comes from the
+// tokens still to generate (probe and fillers of every batch), not from the count of cells: a cell
+// at batch 64 is 64 times the work of a cell at batch 1.
 class Progress {
  public:
-  Progress(bool on, int total) : on_(on && ::isatty(2)), total_(total), start_(Clock::now()) {}
+  Progress(bool on, int total_cells, int64_t total_work) : on_(on && ::isatty(2)), start_(Clock::now()) {
+    st_.total_cells = total_cells;
+    st_.total_work = total_work;
+  }
   ~Progress() { finish(); }
-  void tick(int done) {
+  // A cell finished: `work` tokens; `measured`: it ran now (false when resumed from a report).
+  void tick(int64_t work, bool measured, const std::string& current, int divergent_cases, double cell_seconds = 0) {
+    st_.done_cells++;
+    st_.done_work += work;
+    if (measured) st_.measured_work += work, st_.measured_seconds += cell_seconds;
+    st_.current = current;
+    st_.divergent_cases = divergent_cases;
     if (!on_) return;
     auto now = Clock::now();
-    if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+    if (st_.done_cells < st_.total_cells && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
-    double el = std::chrono::duration<double>(now - start_).count();
-    double eta = done > 0 ? el / done * (total_ - done) : 0;
-    int width = 30, fill = total_ > 0 ? width * done / total_ : width;
-    std::string bar(fill, '=');
-    bar.resize(width, ' ');
-    std::fprintf(stderr, "\r[%s] %d/%d cells  %.0fs elapsed  ETA %.0fs ", bar.c_str(), done, total_, el, eta);
+    st_.elapsed_s = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\r%s \x1b[K", progress_line(st_).c_str());
     std::fflush(stderr);
     shown_ = true;
   }
@@ -51,9 +80,29 @@ class Progress {
 
  private:
   bool on_;
-  int total_;
+  ProgressState st_;
   Clock::time_point start_, last_{};
   bool shown_ = false;
+};
+
+// Counts the cases that diverged so far: a case (prompt, decoding, mode, precision) whose probes
+// produced more than one token sequence (or text, when ids are unknown).
+class DivergenceCounter {
+ public:
+  void add(const Completion& c) {
+    if (!c.error.empty()) return;
+    std::string key = c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + c.precision;
+    std::string out = c.tokens_known ? std::string(reinterpret_cast<const char*>(c.tokens.data()),
+                                                   c.tokens.size() * sizeof(int))
+                                     : c.text;
+    auto [it, added] = first_.emplace(key, out);
+    if (!added && it->second != out) divergent_.insert(key);
+  }
+  int count() const { return static_cast<int>(divergent_.size()); }
+
+ private:
+  std::map<std::string, std::string> first_;
+  std::set<std::string> divergent_;
 };
 
 struct Checkpointer {
@@ -67,9 +116,10 @@ struct Checkpointer {
   }
 };
 
-void add_throughput(AuditReport& r, const std::string& mode, int batch, int64_t tokens, double seconds) {
+void add_throughput(AuditReport& r, const std::string& mode, const std::string& precision, int batch, int64_t tokens,
+                    double seconds) {
   for (auto& row : r.throughput)
-    if (row.mode == mode && row.batch_size == batch) {
+    if (row.mode == mode && row.precision == precision && row.batch_size == batch) {
       row.tokens += tokens;
       row.seconds += seconds;
       row.tokens_per_s = row.seconds > 0 ? row.tokens / row.seconds : 0;
@@ -77,6 +127,7 @@ void add_throughput(AuditReport& r, const std::string& mode, int batch, int64_t 
     }
   ThroughputRow row;
   row.mode = mode;
+  row.precision = precision;
   row.batch_size = batch;
   row.tokens = tokens;
   row.seconds = seconds;
@@ -101,6 +152,10 @@ void record_steps(const GenResult& g, Completion& c) {
 }
 
 void run_local(const PlanOptions& plan, const Model& model, AuditReport& report, RunControl& ctl) {
+  // Completions of reports written before precisions were a plan axis ran at the plan's one precision.
+  if (plan.precisions.size() == 1)
+    for (auto& c : report.completions)
+      if (c.precision.empty()) c.precision = plan.precisions[0];
   std::set<std::string> done;
   for (const auto& c : report.completions) done.insert(cell_key(c));
   // Chat prompts are rendered with the model's chat template (the plain format keeps the plan's
@@ -113,10 +168,14 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     report.prompts[p.id] = texts.back();
   }
 
-  // One engine per mode, reused across cells (each batch leaves it empty).
-  std::vector<std::unique_ptr<Engine>> engines;
-  for (const auto& m : plan.modes)
-    engines.push_back(std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads, ctl.device, ctl.precision}));
+  // One engine per (precision, mode), reused across cells (each batch leaves it empty).
+  std::vector<Precision> precisions;
+  for (const auto& p : plan.precisions) precisions.push_back(parse_precision(p, "--precisions"));
+  std::vector<std::vector<std::unique_ptr<Engine>>> engines(precisions.size());
+  for (size_t pr = 0; pr < precisions.size(); ++pr)
+    for (const auto& m : plan.modes)
+      engines[pr].push_back(
+          std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads, ctl.device, precisions[pr]}));
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
@@ -133,28 +192,37 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
                        " exceeds the model's context length " + std::to_string(model.config.context_length) +
                        "; shorten the prompt or lower --max-tokens");
 
-  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * contexts.size() * plan.repeats *
-                                     plan.modes.size());
-  Progress progress(ctl.progress, total);
+  // Work in tokens: every sequence of a batch generates up to max_tokens (fillers may stop earlier).
+  const int64_t per_repeat_modes = static_cast<int64_t>(plan.repeats) * plan.modes.size() * precisions.size();
+  int64_t total_work = 0;
+  for (const auto& cx : contexts) total_work += static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
+  total_work *= per_repeat_modes * static_cast<int64_t>(plan.prompts.size() * decodings.size());
+  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * contexts.size() * per_repeat_modes);
+  Progress progress(ctl.progress, total, total_work);
+  DivergenceCounter diverged;
+  for (const auto& c : report.completions) diverged.add(c);
   Checkpointer cp{ctl};
-  int finished = 0;
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
     for (const auto& dc : decodings)
       for (const auto& cx : contexts)
         for (int rep = 0; rep < plan.repeats; ++rep)
-          for (size_t mi = 0; mi < plan.modes.size(); ++mi) {  // modes interleaved: side-by-side timing
+          for (size_t pr = 0; pr < precisions.size(); ++pr)
+          for (size_t mi = 0; mi < plan.modes.size(); ++mi) {  // modes and precisions interleaved: side-by-side timing
             if (ctl.stop && ctl.stop->load()) return;
             Completion c;
             c.prompt_id = plan.prompts[pi].id;
             c.decoding_id = dc.cfg.id;
             c.mode = plan.modes[mi];
+            c.precision = plan.precisions[pr];
             c.batch_size = cx.batch_size;
             c.position = cx.position;
             c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
             c.seed = dc.seed;
             c.repeat = rep;
+            const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
+            const std::string current = fmt::format("{} {} batch {}", c.mode, c.precision, cx.batch_size);
             if (done.count(cell_key(c))) {
-              progress.tick(++finished);
+              progress.tick(work, false, current, diverged.count());
               continue;
             }
             GenRequest req;
@@ -165,7 +233,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.top_k = dc.cfg.top_k;
             req.params.seed = dc.seed;
             BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set)};
-            BatchRun run = run_in_batch(*engines[mi], req, bc);
+            BatchRun run = run_in_batch(*engines[pr][mi], req, bc);
             const GenResult& g = run.probe;
             c.filler_ids = run.fillers.ids;
             c.tokens = g.tokens;
@@ -178,9 +246,10 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.tokens_per_s = g.latency_s > 0 ? g.tokens.size() / g.latency_s : 0;
             c.prompt_tokens = g.prompt_tokens;
             c.completion_tokens = static_cast<int>(g.tokens.size());
+            diverged.add(c);
             report.completions.push_back(std::move(c));
-            add_throughput(report, plan.modes[mi], cx.batch_size, run.generated_tokens, run.seconds);
-            progress.tick(++finished);
+            add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, run.generated_tokens, run.seconds);
+            progress.tick(work, true, current, diverged.count(), run.seconds);
             cp.maybe(report);
           }
 }
@@ -194,9 +263,12 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   std::vector<std::string> fillers = filler_pool();
   const int total = static_cast<int>(plan.prompts.size() * decodings.size() * endpoints.size() *
                                      (plan.concurrency.size() + (plan.cache_probe ? 1 : 0)));
-  Progress progress(ctl.progress, total);
+  // Work in tokens: the probes of each cell (fillers load the server but are not the audit's work).
+  const int64_t per_cell = static_cast<int64_t>(plan.repeats) * plan.max_tokens;
+  Progress progress(ctl.progress, total, per_cell * total);
+  DivergenceCounter diverged;
+  for (const auto& c : report.completions) diverged.add(c);
   Checkpointer cp{ctl};
-  int finished = 0;
   RemoteStats all;
   std::map<std::string, RemoteStats> per_endpoint;
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
@@ -234,18 +306,21 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
               c.error = "empty_content: the response carries no generated text (finish_reason '" + c.finish_reason +
                         "')";
             if (done.count(cell_key(c))) continue;
+            diverged.add(c);
             report.completions.push_back(std::move(c));
           }
         };
         if (plan.cache_probe) {
           if (ctl.stop && ctl.stop->load()) break;
           RemoteStats st;
+          auto t0 = Clock::now();
           const int warm = std::max(1, plan.repeats - 1);
           RemoteProbe rest = probe;
           rest.first_repeat = finished_prefix(1, true, warm + 1);
           keep(run_cache_probe(ep, rest, warm, ctl.stop, &st));
           per_endpoint[ep.label].merge(st);
-          progress.tick(++finished);
+          progress.tick(per_cell, true, ep.label + " cache probe", diverged.count(),
+                        std::chrono::duration<double>(Clock::now() - t0).count());
         }
         for (int conc : plan.concurrency) {
           if (ctl.stop && ctl.stop->load()) break;
@@ -262,10 +337,10 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           int64_t toks = 0;
           for (const auto& c : cs) toks += c.completion_tokens > 0 ? c.completion_tokens : 0;
           // Throughput of the probe stream under load (fillers load the server; their tokens are not counted).
-          add_throughput(report, ep.label, conc, toks, secs);
+          add_throughput(report, ep.label, "", conc, toks, secs);
           keep(std::move(cs));
           per_endpoint[ep.label].merge(st);
-          progress.tick(++finished);
+          progress.tick(per_cell, true, ep.label + " concurrency " + std::to_string(conc), diverged.count(), secs);
           cp.maybe(report);
         }
       }

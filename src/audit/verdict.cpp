@@ -49,6 +49,29 @@ bool remote_requests(const AuditReport& r, const std::string& mode, int64_t& req
 
 }  // namespace
 
+std::optional<double> token_weighted_ratio(const AuditReport& r, const std::string& mode, const std::string& precision) {
+  // The baseline is the mode the rows' ratios compare with (analyze()): default, else the first row's.
+  std::string base;
+  for (const auto& row : r.throughput)
+    if (row.mode == "default") base = "default";
+  if (base.empty() && !r.throughput.empty()) base = r.throughput[0].mode;
+  // Over the batch sizes both ran: the time the baseline would take for this mode's tokens (at its
+  // tokens/s per batch size) divided by this mode's measured time. Each batch size counts by the
+  // tokens it generated (a token-weighted harmonic mean of the per-batch-size ratios), never once.
+  double base_time = 0, own_time = 0;
+  for (const auto& row : r.throughput) {
+    if (row.mode != mode || row.precision != precision || row.seconds <= 0 || row.tokens <= 0) continue;
+    for (const auto& b : r.throughput)
+      if (b.mode == base && b.precision == row.precision && b.batch_size == row.batch_size && b.tokens_per_s > 0) {
+        base_time += static_cast<double>(row.tokens) / b.tokens_per_s;
+        own_time += row.seconds;
+        break;
+      }
+  }
+  if (base_time <= 0 || own_time <= 0) return std::nullopt;
+  return base_time / own_time;
+}
+
 void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   for (const auto& m : planned_modes(r))
     if (std::find(mode_order.begin(), mode_order.end(), m) == mode_order.end()) mode_order.push_back(m);
@@ -58,15 +81,26 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   s.interrupted = interrupted;
   const Thresholds& t = r.thresholds;
   bool gate_errors = false, gate_divergent = false, any_gated = false;
+  // One headline row per (mode, precision) in the order the cases ran; a mode without cases gets one row.
+  std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& m : mode_order) {
+    size_t before = rows.size();
+    for (const auto& cr : r.cases)
+      if (cr.mode == m && std::find(rows.begin() + static_cast<std::ptrdiff_t>(before), rows.end(),
+                                    std::make_pair(m, cr.precision)) == rows.end())
+        rows.emplace_back(m, cr.precision);
+    if (rows.size() == before) rows.emplace_back(m, "");
+  }
+  for (const auto& [m, prec] : rows) {
     ModeSummary ms;
     ms.mode = m;
+    ms.precision = prec;
     ms.gated = mode_gated(t, m);
     int tarr = 0, bitdiv = 0, answered = 0;
     int64_t n_total = 0;
     double unique_sum = 0;
     for (auto& cr : r.cases) {
-      if (cr.mode != m) continue;
+      if (cr.mode != m || cr.precision != prec) continue;
       // A case without completions is never reproducible, and never divergent: its errors are errors.
       cr.divergent = cr.n > 0 && (cr.unique > 1 || (cr.tara.has_value() && !*cr.tara));
       cr.failed = ms.gated && (cr.divergent || cr.n == 0);
@@ -85,11 +119,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.mean_unique = unique_sum / answered;
       ms.bit_divergent_share = static_cast<double>(bitdiv) / answered;
     }
-    double ratio_sum = 0;
-    int ratio_n = 0;
-    for (const auto& row : r.throughput)
-      if (row.mode == m && row.ratio_vs_default) ratio_sum += *row.ratio_vs_default, ratio_n++;
-    if (ratio_n > 0) ms.throughput_ratio = ratio_sum / ratio_n;
+    ms.throughput_ratio = token_weighted_ratio(r, m, prec);
     if (!remote_requests(r, m, ms.requests, ms.failed_requests)) {
       ms.requests = n_total + ms.errors;
       ms.failed_requests = ms.errors;
@@ -182,7 +212,8 @@ std::vector<BatchPoint> unique_by_batch(const AuditReport& r) {
   std::vector<std::string> mode_order;
   std::map<std::pair<std::string, int>, Acc> acc;
   for (const auto& cr : r.cases) {
-    if (std::find(mode_order.begin(), mode_order.end(), cr.mode) == mode_order.end()) mode_order.push_back(cr.mode);
+    const std::string label = mode_label(cr.mode, cr.precision);
+    if (std::find(mode_order.begin(), mode_order.end(), label) == mode_order.end()) mode_order.push_back(label);
     std::map<int, std::set<int>> uniq;  // batch size -> clusters seen
     std::map<int, std::pair<int, int>> off;  // batch size -> (off-majority, total)
     for (size_t k = 0; k < cr.clusters.size(); ++k) {
@@ -195,7 +226,7 @@ std::vector<BatchPoint> unique_by_batch(const AuditReport& r) {
       }
     }
     for (const auto& [b, set] : uniq) {
-      auto& a = acc[{cr.mode, b}];
+      auto& a = acc[{label, b}];
       a.unique_sum += static_cast<double>(set.size());
       a.off_sum += static_cast<double>(off[b].first) / off[b].second;
       a.cases++;

@@ -127,7 +127,9 @@ int run_canary(const CanaryOptions& o) {
       setup.precision = parse_precision(env["engine"].value("precision", "f32"), "--baseline: engine.precision");
     }
     if (o.given("--device")) setup.device = o.engine.device_value();
-    if (o.given("--precision")) setup.precision = o.engine.precision_value();
+    // The precisions come with the plan (a deliberate change under test: --precision X runs X only).
+    if (o.given("--precision")) plan.precisions = {precision_name(o.engine.precision_value())};
+    setup.precision = parse_precision(plan.precisions.front(), "--baseline: plan.precisions");
     model = load_model(model_path, o.engine.tokenizer);
     validate_plan(plan, model->config.context_length);
   }

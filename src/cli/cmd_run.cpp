@@ -68,6 +68,11 @@ PlanOptions build_plan(const RunOptions& o) {
   }
   // --threads is one of the engine flags (src/cli/flags.cpp), shared with generate, bench and serve.
   if (o.given("--threads")) p.threads = o.engine.thread_count();
+  // --precision (an engine flag) is the one-value form of --precisions.
+  if (o.given("--precision") && o.given("--precisions"))
+    throw UsageError("--precision and --precisions exclude each other; give the list with --precisions, e.g. "
+                     "--precisions f32,bf16");
+  if (o.given("--precision")) p.precisions = {precision_name(o.engine.precision_value())};
   return p;
 }
 
@@ -220,7 +225,7 @@ int run_run(const RunOptions& o) {
   std::string out_dir = o.out;
   std::string model_path = o.engine.model();
   Device device = o.engine.device_value();
-  Precision precision = o.engine.precision_value();
+  Precision precision = o.engine.precision_value();  // checks --precision even where it is not used
   if (!o.resume.empty()) {
     // Continue an interrupted run: its plan, model and finished completions come from its directory.
     out_dir = o.resume;
@@ -236,18 +241,16 @@ int run_run(const RunOptions& o) {
     if (report.environment.contains("engine")) {  // the engine the run started with
       const nlohmann::json& e = report.environment["engine"];
       Device d = parse_device(e.value("device", "cpu"), "--resume: engine.device");
-      Precision p = parse_precision(e.value("precision", "f32"), "--resume: engine.precision");
       if (o.given("--device") && device != d)
         throw UsageError("--resume " + o.resume + ": --device gives " + device_name(device) +
                          " but the run used " + device_name(d) +
                          "; drop it (a resumed run keeps its engine) or start a new run");
-      if (o.given("--precision") && precision != p)
-        throw UsageError("--resume " + o.resume + ": --precision gives " + precision_name(precision) +
-                         " but the run used " + precision_name(p) +
-                         "; drop it (a resumed run keeps its engine) or start a new run");
       device = d;
-      precision = p;
     }
+    if (o.given("--precision") && plan.precisions != std::vector<std::string>{precision_name(precision)})
+      throw UsageError("--resume " + o.resume + ": --precision gives " + precision_name(precision) +
+                       " but the run used " + nlohmann::json(plan.precisions).dump() +
+                       " (precisions); drop it (a resumed run keeps the plan it started with) or start a new run");
     report.cases.clear();
     report.summary = Summary{};
   } else {
@@ -266,8 +269,8 @@ int run_run(const RunOptions& o) {
   std::unique_ptr<Model> model;
   if (remote) {
     if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
-    if (o.given("--device") || o.given("--precision"))
-      throw UsageError("--device and --precision set the local engine; drop them with --endpoint");
+    if (o.given("--device") || o.given("--precision") || o.given("--precisions"))
+      throw UsageError("--device and --precision(s) set the local engine; drop them with --endpoint");
     if (o.given("--chat-template"))
       throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
                        "templates: drop it with --endpoint");
@@ -328,6 +331,7 @@ int run_run(const RunOptions& o) {
   job.plan = &plan;
   job.model = model.get();
   job.model_path = model_path;
+  precision = parse_precision(plan.precisions.front(), "--precisions");
   job.engine = EngineSetup{device, precision};
   job.endpoints = &endpoints;
   job.out_dir = out_dir;

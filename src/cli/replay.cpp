@@ -66,7 +66,6 @@ int replay_and_report(ReplayJob& job) {
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   RunControl ctl;
   ctl.device = job.engine.device;
-  ctl.precision = job.engine.precision;
   ctl.stop = &g_stop;
   ctl.progress = !job.quiet;
   // Secrets (API keys, URL credentials) a server may echo anywhere in a response, in any JSON

@@ -13,7 +13,7 @@ TextTable drift_mode_table(const AuditReport& r) {
             "max |dlogprob|", "mean |dlogprob|", "max top-5 KL", "fragile tokens", "reproducible here, fragile"};
   for (const auto& m : r.summary.modes) {
     const ModeDriftSize& d = m.drift_size;
-    t.rows.push_back({m.mode, rate_text(d.bit_differ), rate_text(d.token_differ), rate_text(d.token_divergent_cases),
+    t.rows.push_back({mode_label(m.mode, m.precision), rate_text(d.bit_differ), rate_text(d.token_differ), rate_text(d.token_divergent_cases),
                       fmt_dlogprob(d.max_dlogprob), fmt_dlogprob(d.mean_dlogprob), fmt_dlogprob(d.max_topk_kl),
                       std::to_string(d.fragile), std::to_string(d.fragile_cases)});
   }
@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditRe
         t.rows.push_back({f.values[i].empty() ? "(none)" : f.values[i], std::to_string(f.n[i]),
                           std::to_string(f.bit_differ[i]), std::to_string(f.token_differ[i]),
                           fmt_dlogprob(f.max_dlogprob[i])});
-      out.emplace_back(m.mode + ", by " + f.factor, std::move(t));
+      out.emplace_back(mode_label(m.mode, m.precision) + ", by " + f.factor, std::move(t));
     }
   return out;
 }

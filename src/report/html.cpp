@@ -94,9 +94,9 @@ std::string bar_chart(const std::string& title, const std::string& xlabel, const
 
 std::vector<std::string> modes_of(const AuditReport& r) {
   std::vector<std::string> m;
-  for (const auto& s : r.summary.modes) m.push_back(s.mode);
+  for (const auto& s : r.summary.modes) m.push_back(mode_label(s.mode, s.precision));
   for (const auto& c : r.cases)
-    if (std::find(m.begin(), m.end(), c.mode) == m.end()) m.push_back(c.mode);
+    if (std::find(m.begin(), m.end(), mode_label(c.mode, c.precision)) == m.end()) m.push_back(mode_label(c.mode, c.precision));
   return m;
 }
 
@@ -137,7 +137,7 @@ std::string chart_divergence(const AuditReport& r) {
   for (const auto& m : modes_of(r)) {
     Series s{m, std::vector<double>(nb, 0.0)};
     for (const auto& c : r.cases) {
-      if (c.mode != m) continue;
+      if (mode_label(c.mode, c.precision) != m) continue;
       for (const auto& k : c.clusters) {
         if (k.majority) continue;
         int pos = k.first_divergence_token;
@@ -162,12 +162,14 @@ std::string chart_throughput(const AuditReport& r) {
   for (int b : bs) cats.push_back(std::to_string(b));
   std::vector<std::string> modes;
   for (const auto& t : r.throughput)
-    if (std::find(modes.begin(), modes.end(), t.mode) == modes.end()) modes.push_back(t.mode);
+    if (std::find(modes.begin(), modes.end(), mode_label(t.mode, t.precision)) == modes.end())
+      modes.push_back(mode_label(t.mode, t.precision));
   std::vector<Series> ser;
   for (const auto& m : modes) {
     Series s{m, std::vector<double>(bs.size(), NAN)};
     for (const auto& t : r.throughput)
-      if (t.mode == m) s.values[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.tokens_per_s;
+      if (mode_label(t.mode, t.precision) == m)
+        s.values[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.tokens_per_s;
     ser.push_back(s);
   }
   return bar_chart("Throughput per batch size", "batch size (concurrency for endpoints)", "generated tokens/s", cats,
@@ -281,7 +283,7 @@ std::string to_html(const AuditReport& r) {
                      "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
                      "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {} ({})</td>"
                      "<td class=\"{}\">{}</td><td class=\"{}\">{}</td></tr>\n",
-                     esc(m.mode), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
+                     esc(mode_label(m.mode, m.precision)), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
                      fmt_percent(m.bit_divergent_share), m.divergent_cases, esc(fmt_dlogprob(m.drift_size.max_dlogprob)),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
                      m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors, m.failed_requests,
@@ -326,7 +328,7 @@ std::string to_html(const AuditReport& r) {
     for (const auto& t : r.throughput)
       o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td>"
                        "<td class=\"n\">{:.1f}</td><td class=\"n\">{}</td></tr>\n",
-                       esc(t.mode), t.batch_size, t.tokens, t.seconds, t.tokens_per_s,
+                       esc(mode_label(t.mode, t.precision)), t.batch_size, t.tokens, t.seconds, t.tokens_per_s,
                        t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "&ndash;");
     o += "</table>\n";
   }
@@ -355,7 +357,7 @@ std::string to_html(const AuditReport& r) {
     o += fmt::format("<details{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
                      "{} unique of {}</summary>\n",
                      c.divergent || c.n == 0 ? " open" : "", c.divergent || c.n == 0 ? "bad" : "good", esc(state),
-                     esc(c.prompt_id), esc(c.decoding_id), esc(c.mode), c.unique, c.n);
+                     esc(c.prompt_id), esc(c.decoding_id), esc(mode_label(c.mode, c.precision)), c.unique, c.n);
     if (!c.prompt_text.empty()) o += "<p>Prompt:</p><div class=\"txt\">" + esc(c.prompt_text) + "</div>\n";
     o += fmt::format("<p>TARr@N {}", c.tarr ? "yes" : "no");
     if (c.tara) o += fmt::format(" &middot; TARa@N {} ({} distinct answers, {} missing)", *c.tara ? "yes" : "no",

@@ -44,13 +44,20 @@ std::string head(const std::string& s, size_t n) {
 }  // namespace
 
 std::string to_junit(const AuditReport& r) {
+  // One suite per mode and precision: "default.bf16" (the mode alone without a precision).
+  auto suite = [](const std::string& mode, const std::string& precision) {
+    return precision.empty() ? mode : mode + "." + precision;
+  };
   std::vector<std::string> modes;
   for (const auto& c : r.cases)
-    if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+    if (std::find(modes.begin(), modes.end(), suite(c.mode, c.precision)) == modes.end())
+      modes.push_back(suite(c.mode, c.precision));
   for (const auto& m : r.summary.modes)  // a gated mode that never ran still gets its suite (an error)
-    if (std::find(modes.begin(), modes.end(), m.mode) == modes.end()) modes.push_back(m.mode);
+    if (std::find(modes.begin(), modes.end(), suite(m.mode, m.precision)) == modes.end())
+      modes.push_back(suite(m.mode, m.precision));
   std::map<std::string, double> seconds;  // per case key: summed latency of its completions
-  for (const auto& c : r.completions) seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + c.mode] += c.latency_s;
+  for (const auto& c : r.completions)
+    seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + suite(c.mode, c.precision)] += c.latency_s;
 
   int tests = 0, failures = 0, errors = 0;
   std::string body;
@@ -59,8 +66,8 @@ std::string to_junit(const AuditReport& r) {
     double suite_time = 0;
     std::string cases;
     for (const auto& c : r.cases) {
-      if (c.mode != m) continue;
-      double time = seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + c.mode];
+      if (suite(c.mode, c.precision) != m) continue;
+      double time = seconds[c.prompt_id + "\x1f" + c.decoding_id + "\x1f" + m];
       suite_time += time;
       ++t;
       cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"{} [{}]\" time=\"{:.3f}\"", xml(m),
@@ -83,7 +90,7 @@ std::string to_junit(const AuditReport& r) {
     }
     // The gate's error check of a gated mode: failed requests over --max-error-rate, or nothing answered.
     for (const auto& ms : r.summary.modes) {
-      if (ms.mode != m || !ms.gated || (ms.verdict != "errors" && ms.verdict != "not run")) continue;
+      if (suite(ms.mode, ms.precision) != m || !ms.gated || (ms.verdict != "errors" && ms.verdict != "not run")) continue;
       ++t, ++e;
       cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"error rate\" time=\"0.000\">\n"
                            "      <error message=\"{}\" type=\"errors\"/>\n    </testcase>\n",

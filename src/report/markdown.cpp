@@ -101,7 +101,7 @@ std::string to_markdown(const AuditReport& r) {
        "| throughput vs default | errors | failed requests | verdict | gate |\n";
   o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
   for (const auto& m : s.modes)
-    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} of {} ({}) | {} | {} |\n", cell(m.mode),
+    o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} of {} ({}) | {} | {} |\n", cell(mode_label(m.mode, m.precision)),
                      m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
                      m.divergent_cases, fmt_dlogprob(m.drift_size.max_dlogprob),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
@@ -132,7 +132,7 @@ std::string to_markdown(const AuditReport& r) {
     o += "## Throughput\n\n";
     o += "| mode | batch size | tokens | seconds | tokens/s | vs default |\n|---|---:|---:|---:|---:|---:|\n";
     for (const auto& t : r.throughput)
-      o += fmt::format("| {} | {} | {} | {:.3f} | {:.1f} | {} |\n", cell(t.mode), t.batch_size, t.tokens, t.seconds,
+      o += fmt::format("| {} | {} | {} | {:.3f} | {:.1f} | {} |\n", cell(mode_label(t.mode, t.precision)), t.batch_size, t.tokens, t.seconds,
                        t.tokens_per_s, t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "-");
     o += "\n";
   }
@@ -156,7 +156,7 @@ std::string to_markdown(const AuditReport& r) {
 
   o += "## Cases\n";
   for (const auto& c : r.cases) {
-    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(c.prompt_id), cell(c.decoding_id), cell(c.mode),
+    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(c.prompt_id), cell(c.decoding_id), cell(mode_label(c.mode, c.precision)),
                      c.n == 0 ? "NO COMPLETIONS" : c.divergent ? "DIVERGENT" : "reproducible");
     if (!c.prompt_text.empty()) o += "Prompt: " + cell(c.prompt_text, 200) + "\n\n";
     o += fmt::format("N = {}, unique = {}, TARr@N = {}", c.n, c.unique, c.tarr ? "yes" : "no");

@@ -58,6 +58,7 @@ void describe(V& v, T& x) {
   v("prompt_id", x.prompt_id);
   v("decoding", x.decoding_id);
   v("mode", x.mode);
+  v("precision", x.precision);
   v("batch_size", x.batch_size);
   v("position", x.position);
   v("filler_set", x.filler_set);
@@ -183,6 +184,7 @@ void describe(V& v, T& x) {
   v("prompt_id", x.prompt_id);  // prompt_text is not stored: it is prompts[prompt_id]
   v("decoding", x.decoding_id);
   v("mode", x.mode);
+  v("precision", x.precision);
   v("n", x.n);
   v("errors", x.errors);
   v("unique", x.unique);
@@ -203,6 +205,7 @@ void describe(V& v, T& x) {
 template <class V, Is<ThroughputRow> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
+  v("precision", x.precision);
   v("batch_size", x.batch_size);
   v("tokens", x.tokens);
   v("seconds", x.seconds);
@@ -213,6 +216,7 @@ void describe(V& v, T& x) {
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
+  v("precision", x.precision);
   v("cases", x.cases);
   v("divergent_cases", x.divergent_cases);
   v("tarr_rate", x.tarr_rate);

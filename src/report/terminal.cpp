@@ -72,7 +72,7 @@ std::string verdict_cause(const AuditReport& r) {
       if (!m.gated || (m.verdict != "errors" && m.verdict != "not run")) continue;
       if (!why.empty()) why += "; ";
       if (m.verdict == "not run") {
-        why += fmt::format("'{}' is gated but did not run", m.mode);
+        why += fmt::format("'{}' is gated but did not run", mode_label(m.mode, m.precision));
         continue;
       }
       why += fmt::format("'{}': {} of {} requests failed ({}, over --max-error-rate {})", m.mode, m.failed_requests,
@@ -92,7 +92,7 @@ std::string verdict_cause(const AuditReport& r) {
     for (const auto& m : s.modes)
       if (m.gated && m.verdict == "divergent")
         why += fmt::format("{}'{}': {} of {} cases divergent, TARr@N {} (gate: at most {}, TARr@N >= {})",
-                           why.empty() ? "" : "; ", m.mode, m.divergent_cases, m.cases, fmt_percent(m.tarr_rate),
+                           why.empty() ? "" : "; ", mode_label(m.mode, m.precision), m.divergent_cases, m.cases, fmt_percent(m.tarr_rate),
                            r.thresholds.max_divergent, fmt_percent(r.thresholds.min_tarr));
   } else if (s.verdict == "drift" && r.baseline) {
     why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
@@ -109,12 +109,13 @@ std::string to_terminal(const AuditReport& r) {
                      s.divergent_cases, s.max_unique, s.completions, s.errors);
   std::string why = verdict_cause(r);
   if (!why.empty()) out += "  " + why + "\n";
-  out += fmt::format("{:<20} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
+  out += fmt::format("{:<24} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
                      "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
                      "fragile", "errors", "verdict", "gate");
   for (const auto& m : s.modes) {
     const ModeDriftSize& d = m.drift_size;
-    out += fmt::format("{:<20} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", m.mode,
+    out += fmt::format("{:<24} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n",
+                       mode_label(m.mode, m.precision),
                        m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
                        m.divergent_cases, m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-",
                        fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
@@ -142,7 +143,8 @@ std::string to_terminal(const AuditReport& r) {
         out += "  ... (see the full report)\n";
         break;
       }
-      out += fmt::format("  {} [{}] {}: {}\n", c.prompt_id, c.decoding_id, c.mode, case_summary(c));
+      out += fmt::format("  {} [{}] {}: {}\n", c.prompt_id, c.decoding_id, mode_label(c.mode, c.precision),
+                         case_summary(c));
     }
   };
   list("divergent cases:\n", [](const CaseResult& c) { return c.divergent; });
@@ -205,7 +207,12 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
 
 Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   using Key = std::tuple<std::string, std::string, std::string>;
-  auto key = [](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, c.mode}; };
+  // Cases are (prompt, decoding, mode, precision); a report written before precisions were recorded
+  // ran one precision and is compared by mode alone.
+  bool with_precision = false;
+  for (const auto& c : a.cases) with_precision = with_precision || !c.precision.empty();
+  auto label = [&](const CaseResult& c) { return with_precision ? mode_label(c.mode, c.precision) : c.mode; };
+  auto key = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, label(c)}; };
   auto majority = [](const CaseResult& c) { return c.clusters.empty() ? std::string() : c.clusters[0].hash; };
   auto verdict = [](const CaseResult& c) { return std::string(c.divergent ? "divergent" : "reproducible"); };
   std::map<Key, const CaseResult*> in_b;
@@ -219,11 +226,11 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
     in_a[key(ca)] = true;
     auto it = in_b.find(key(ca));
     if (it == in_b.end()) {
-      d.cases.push_back({ca.prompt_id, ca.decoding_id, ca.mode, "removed", {}});
+      d.cases.push_back({ca.prompt_id, ca.decoding_id, label(ca), "removed", {}});
       continue;
     }
     const CaseResult& cb = *it->second;
-    CaseDrift cd{ca.prompt_id, ca.decoding_id, ca.mode, "changed", {}};
+    CaseDrift cd{ca.prompt_id, ca.decoding_id, label(ca), "changed", {}};
     if (majority(ca) != majority(cb))
       cd.what.push_back("majority output " + short_hash(majority(ca)) + " -> " + short_hash(majority(cb)));
     if (ca.unique != cb.unique) cd.what.push_back(fmt::format("unique {} -> {}", ca.unique, cb.unique));
@@ -234,7 +241,7 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
       d.cases.push_back(std::move(cd));
   }
   for (const auto& cb : b.cases)
-    if (!in_a.count(key(cb))) d.cases.push_back({cb.prompt_id, cb.decoding_id, cb.mode, "added", {}});
+    if (!in_a.count(key(cb))) d.cases.push_back({cb.prompt_id, cb.decoding_id, label(cb), "added", {}});
   return d;
 }
 

@@ -33,8 +33,8 @@ double topk_kl(const int* p_ids, const float* p_lp, const int* q_ids, const floa
 void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
                    double fragile_margin);
 
-// Fills ms.drift_size from the cases of mode ms.mode (their drift already analysed); `precision`, when
-// known, is named in the finding ("f32", "bf16").
-void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases, const std::string& precision = "");
+// Fills ms.drift_size from the cases of mode ms.mode at precision ms.precision (their drift already
+// analysed); the finding names both ("default (bf16): ...").
+void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases);
 
 }  // namespace repro

@@ -25,6 +25,7 @@ struct PlanOptions {
   int max_tokens = 32;
   int repeats = 2;
   std::vector<std::string> modes = {"default", "batch-invariant"};
+  std::vector<std::string> precisions = {"f32"};          // activation precisions: f32 | bf16 | f16
   std::vector<int> batch_sizes = {1, 8};
   std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
   int filler_sets = 2;

@@ -25,7 +25,7 @@ nlohmann::json input_digests(const PlanOptions& plan, const Model* model);
 // What the local engine ran on (the resolved engine configuration).
 struct EngineSetup {
   Device device = Device::Cpu;
-  Precision precision = Precision::F32;
+  Precision precision = Precision::F32;  // the plan's first precision (engine.precisions lists them all)
 };
 
 // Starts a report for `plan`: created (now, UTC), profile, plan block, thresholds, extractors, the

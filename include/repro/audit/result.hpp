@@ -26,6 +26,7 @@ struct Completion {
   std::string prompt_id;
   std::string decoding_id;
   std::string mode;               // local: "default" / "batch-invariant"; remote: endpoint label
+  std::string precision;          // local: activation precision "f32" / "bf16" / "f16"; remote: empty
   // context
   int batch_size = 1;             // local: sequences in the batch at the start; remote: concurrency
   int position = 0;               // local: probe's row in the batch
@@ -137,6 +138,7 @@ struct CaseResult {
   std::string prompt_text;
   std::string decoding_id;
   std::string mode;
+  std::string precision;          // local: activation precision; remote: empty
   int n = 0;                      // completions (errors excluded)
   int errors = 0;
   int unique = 0;                 // token-level unique outputs
@@ -155,6 +157,7 @@ struct CaseResult {
 
 struct ThroughputRow {
   std::string mode;
+  std::string precision;          // local: activation precision; remote: empty
   int batch_size = 1;             // or concurrency for remote
   int64_t tokens = 0;
   double seconds = 0;
@@ -178,6 +181,7 @@ struct ModeDriftSize {
 // Per mode/endpoint headline: reproducibility next to throughput relative to default.
 struct ModeSummary {
   std::string mode;
+  std::string precision;          // local: one row per (mode, precision); remote: empty
   int cases = 0;
   int divergent_cases = 0;
   double tarr_rate = 0;           // share of cases with TARr = true
@@ -194,6 +198,11 @@ struct ModeSummary {
   int64_t failed_requests = 0;    // of those, failed after retries
   double error_rate = 0;          // failed_requests / requests (0 when none)
 };
+
+// How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
+inline std::string mode_label(const std::string& mode, const std::string& precision) {
+  return precision.empty() ? mode : mode + " (" + precision + ")";
+}
 
 // Default --max-error-rate: 5% of an endpoint's requests (probes and fillers) may fail after retries.
 inline constexpr double kDefaultMaxErrorRate = 0.05;

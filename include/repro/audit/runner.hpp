@@ -16,8 +16,8 @@
 namespace repro {
 
 struct RunControl {
-  Device device = Device::Cpu;                    // the local engine's device and activation precision
-  Precision precision = Precision::F32;           // (modes and threads come from the plan)
+  Device device = Device::Cpu;                    // the local engine's device (modes, precisions and
+                                                  // threads come from the plan)
   const std::atomic<bool>* stop = nullptr;       // Ctrl-C: finish the current cell, then return
   bool progress = false;                          // progress bar with ETA on stderr
   std::function<void(const AuditReport&)> checkpoint;  // called every few seconds with the partial report
@@ -39,7 +39,22 @@ nlohmann::json environment_record(int threads);
 // Copies the engine's per-step records (top-2 margins, top-k tokens and logprobs) into a completion.
 void record_steps(const GenResult& g, Completion& c);
 
-// A key naming a completion's cell, for resume: prompt|decoding|mode|batch|position|fillers|cache|repeat.
+// A key naming a completion's cell, for resume:
+// prompt|decoding|mode|precision|batch|position|fillers|cache|repeat.
 std::string cell_key(const Completion& c);
+
+// What the progress bar shows: cells done, the share of the tokens to generate done (the ETA comes
+// from tokens generated per second so far, cells resumed from a report excluded), the cell running
+// now ("default bf16 batch 8") and the cases that diverged so far.
+struct ProgressState {
+  int done_cells = 0, total_cells = 0;
+  int64_t done_work = 0, total_work = 0;   // tokens: batch size x max tokens per cell
+  int64_t measured_work = 0;               // tokens of the cells run now (not resumed)
+  double measured_seconds = 0;             // their wall time
+  double elapsed_s = 0;
+  std::string current;
+  int divergent_cases = 0;
+};
+std::string progress_line(const ProgressState& p);
 
 }  // namespace repro

@@ -12,6 +12,7 @@
 // did not run, or no mode is gated; else "divergent"; else "drift" when a --baseline drifted; else
 // "reproducible". Errors never count as divergence.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ bool mode_gated(const Thresholds& t, const std::string& mode);
 // The modes or endpoint labels the run planned: environment.endpoints[].label for remote runs,
 // else plan.modes. Empty when the report records neither.
 std::vector<std::string> planned_modes(const AuditReport& r);
+
+// The headline cost of a mode at a precision: its generated tokens over its measured time, divided by
+// the baseline mode's (default) on the same batch sizes; token-weighted, never a plain mean over
+// batch sizes. Unset without comparable rows.
+std::optional<double> token_weighted_ratio(const AuditReport& r, const std::string& mode, const std::string& precision);
 
 // Fills summary.modes (in `mode_order`, then any planned mode not in it) and summary's totals and
 // verdict from the analysed cases. Called by analyze().
