@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/runner.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -591,4 +592,27 @@ TEST_CASE("check_gate_modes: unknown gate modes are usage errors with a close ma
                        UsageError);
   CHECK_THROWS_WITH_AS(check_gate_modes({"batch-invarient"}, {"default", "batch-invariant"}, "--gate-modes"),
                        doctest::Contains("(did you mean 'batch-invariant'?)"), UsageError);
+}
+
+TEST_CASE("progress line: ETA from tokens to generate, the cell running and divergent cases so far") {
+  ProgressState p;
+  p.total_cells = 10;
+  p.total_work = 1000;
+  p.done_cells = 2;
+  p.done_work = 100;       // two cells, but only 10% of the tokens
+  p.measured_work = 100;
+  p.measured_seconds = 2;  // 50 tokens/s: 900 tokens left -> 18 s
+  p.elapsed_s = 2;
+  p.current = "default bf16 batch 16";
+  p.divergent_cases = 3;
+  std::string line = progress_line(p);
+  CAPTURE(line);
+  CHECK(line.find("2/10 cells, 10% of tokens") != std::string::npos);
+  CHECK(line.find("ETA 18s") != std::string::npos);  // a cell count would say 8 s
+  CHECK(line.find("default bf16 batch 16") != std::string::npos);
+  CHECK(line.find("divergent cases: 3") != std::string::npos);
+  // cells resumed from a report (not measured) give no rate yet
+  p.measured_work = 0;
+  p.measured_seconds = 0;
+  CHECK(progress_line(p).find("ETA --") != std::string::npos);
 }
