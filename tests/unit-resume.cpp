@@ -70,7 +70,7 @@ TEST_CASE("--resume of a local run refuses other flags, other model bytes, edite
   const fs::path model = dir / "m.gguf", out = dir / "out";
   fs::copy_file(cached, model);
   REQUIRE(run(dir, "run --quiet --model '" + model.string() +
-                       "' -n 1 --batch-sizes 1 --modes batch-invariant "
+                       "' -n 1 --batch-sizes 1 --modes batch-invariant --precisions f32 "
                        "--max-tokens 4 --prompt 'Once upon a time' --format json --out '" +
                        out.string() + "'")
               .code == 0);
@@ -93,6 +93,8 @@ TEST_CASE("--resume of a local run refuses other flags, other model bytes, edite
   check_refused(run(dir, resume + " --prompt 'Another prompt'"), "the prompts given (1, sha256 ");
   check_refused(run(dir, resume + " --threads 2"), "--threads gives 2 but the run used 1");
   check_refused(run(dir, resume + " --precision bf16"), "--precision gives bf16 but the run used f32");
+  check_refused(run(dir, resume + " --precisions f32,bf16"),
+                "--precisions gives [\"f32\",\"bf16\"] but the run used [\"f32\"] (precisions)");
   check_refused(run(dir, resume + " --out '" + (dir / "elsewhere").string() + "'"),
                 "--out: a resumed run writes into");
   // A local run resumed against an endpoint.

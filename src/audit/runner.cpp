@@ -328,7 +328,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           RemoteProbe rest = probe;
           rest.first_repeat = finished_prefix(conc, false, plan.repeats);
           if (rest.first_repeat >= plan.repeats) {  // the whole level finished before
-            progress.tick(++finished);
+            progress.tick(per_cell, false, ep.label + " concurrency " + std::to_string(conc), diverged.count());
             continue;
           }
           auto t0 = Clock::now();

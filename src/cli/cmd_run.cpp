@@ -249,7 +249,12 @@ int run_run(const RunOptions& o) {
     }
     if (o.given("--precision") && plan.precisions != std::vector<std::string>{precision_name(precision)})
       throw UsageError("--resume " + o.resume + ": --precision gives " + precision_name(precision) +
-                       " but the run used " + nlohmann::json(plan.precisions).dump() +
+                       " but the run used " +
+                       [&] {
+                         std::string l;
+                         for (const auto& x : plan.precisions) l += (l.empty() ? "" : ",") + x;
+                         return l;
+                       }() +
                        " (precisions); drop it (a resumed run keeps the plan it started with) or start a new run");
     report.cases.clear();
     report.summary = Summary{};
