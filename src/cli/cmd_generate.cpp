@@ -5,6 +5,7 @@
 
 #include "repro/audit/batch_context.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/engine/json_schema.hpp"
 #include "repro/common/error.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
@@ -23,6 +24,7 @@ struct GenerateOptions {
   float temperature = 0, top_p = 1;
   int top_k = 0;
   std::vector<std::string> stop;
+  std::string json_schema;
   bool json = false;
 };
 
@@ -41,6 +43,13 @@ int run_generate(const GenerateOptions& o) {
   if (o.temperature < 0) throw UsageError("--temperature must be >= 0");
   if (o.top_p <= 0 || o.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
   if (o.top_k < 0) throw UsageError("--top-k must be >= 0");
+  std::shared_ptr<JsonConstraint> schema;
+  if (!o.json_schema.empty()) {
+    if (o.beam_width > 0) throw UsageError("--json-schema constrains sampling; drop --beam-width");
+    schema = std::make_shared<JsonConstraint>(read_json_schema_file(o.json_schema, "--json-schema"),
+                                              "--json-schema '" + o.json_schema + "'", *model->tokenizer);
+    req.params.json_schema = schema;
+  }
 
   BatchRun run;
   if (o.beam_width > 0 && o.batch_size != 1)
@@ -64,6 +73,7 @@ int run_generate(const GenerateOptions& o) {
                         {"logprobs", r.logprobs},
                         {"logits_sha256", r.logits_sha256},
                         {"finish_reason", r.finish_reason},
+                        {"schema_valid", schema ? nlohmann::json(schema->schema.validate(r.text)) : nlohmann::json()},
                         {"batch_size", o.batch_size},
                         {"position", o.position},
                         {"fillers", run.fillers.ids},
@@ -91,6 +101,8 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   sub->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
   sub->add_option("--top-p", o->top_p, "Top-p (1 = off)")->capture_default_str();
   sub->add_option("--stop", o->stop, "Stop string (repeatable)");
+  sub->add_option("--json-schema", o->json_schema,
+                  "Constrain the output to JSON conforming to this JSON Schema file (structured output)");
   sub->add_option("--beam-width", o->beam_width, "Beam search with this width (0 = off)")->capture_default_str();
   sub->add_flag("--json", o->json, "JSON output: token ids, chosen-token logprobs, SHA-256 of the final logits");
   sub->callback([o, &runner] { runner = [o] { return run_generate(*o); }; });

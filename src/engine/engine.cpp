@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/forward.hpp"
+#include "repro/engine/json_schema.hpp"
 
 namespace repro {
 
@@ -23,6 +25,9 @@ struct Seq {
   bool prefilled = false;
   int last_token = -1;
   std::string text;
+  JsonState json;                // structured output: the automaton's state
+  std::vector<char> allowed;     // ... and this step's token mask
+  std::vector<float> masked;     // ... and the constrained logits
   GenResult result;
   Clock::time_point start;
 };
@@ -135,36 +140,57 @@ std::vector<int> Engine::step() {
     s->prefilled = true;
     const DecodeParams& p = s->req.params;
     const int t = static_cast<int>(s->result.tokens.size());
-    const int next = sample_token(lg, vocab, p, t);
-    const float lp = token_logprob(lg, vocab, next);
-    s->result.tokens.push_back(next);
-    s->result.logprobs.push_back(lp);
-    s->result.steps.push_back(step_stats(lg, vocab));
-    if (p.top_logprobs > 0) s->result.top_logprobs.push_back(top_logprobs(lg, vocab, p.top_logprobs));
-    s->last_token = next;
-    ++I.generated;
-    if (on_token) {
-      static const std::vector<TokenLogprob> kNone;
-      on_token(s->handle, next, lp, p.top_logprobs > 0 ? s->result.top_logprobs.back() : kNone);
-    }
-
     bool finish = false;
     std::string reason = "length";
-    // A generated EOS ends the sequence; so does a generated BOS (a new document begins: the
-    // TinyStories models separate stories with BOS).
-    if (p.stop_at_eos && tok && (next == tok->eos() || (next == tok->bos() && tok->bos() >= 0))) {
-      finish = true;
-      reason = "stop";
-    } else {
-      if (tok) s->text += tok->piece(next);
-      for (const auto& stop : p.stop) {
-        if (stop.empty()) continue;
-        size_t at = s->text.find(stop);
-        if (at != std::string::npos) {
-          s->text.resize(at);
-          finish = true;
-          reason = "stop";
-          break;
+    const float* choose = lg;  // the logits the token is chosen from
+    if (p.json_schema && tok) {
+      const JsonSchema& js = p.json_schema->schema;
+      int n = p.json_schema->trie.allowed(js, s->json, s->allowed);
+      if (js.complete(s->json) && tok->eos() >= 0) {
+        s->allowed[static_cast<size_t>(tok->eos())] = 1;
+        ++n;
+      }
+      if (n == 0) {
+        finish = true;
+        reason = js.complete(s->json) ? "stop" : "schema";  // complete without an EOS token, or a dead end
+      } else {
+        s->masked.assign(lg, lg + vocab);
+        for (int i = 0; i < vocab; ++i)
+          if (!s->allowed[static_cast<size_t>(i)]) s->masked[static_cast<size_t>(i)] = std::numeric_limits<float>::lowest();
+        choose = s->masked.data();
+      }
+    }
+    if (!finish) {
+      const int next = sample_token(choose, vocab, p, t);
+      const float lp = token_logprob(choose, vocab, next);
+      s->result.tokens.push_back(next);
+      s->result.logprobs.push_back(lp);
+      s->result.steps.push_back(step_stats(choose, vocab));
+      if (p.top_logprobs > 0) s->result.top_logprobs.push_back(top_logprobs(choose, vocab, p.top_logprobs));
+      s->last_token = next;
+      ++I.generated;
+      if (on_token) {
+        static const std::vector<TokenLogprob> kNone;
+        on_token(s->handle, next, lp, p.top_logprobs > 0 ? s->result.top_logprobs.back() : kNone);
+      }
+      // A generated EOS ends the sequence; so does a generated BOS (a new document begins: the
+      // TinyStories models separate stories with BOS).
+      const bool eos = tok && (next == tok->eos() || (next == tok->bos() && tok->bos() >= 0));
+      if (eos && (p.stop_at_eos || p.json_schema)) {
+        finish = true;
+        reason = "stop";
+      } else {
+        if (tok) s->text += tok->piece(next);
+        if (p.json_schema && tok) p.json_schema->schema.feed(s->json, tok->piece(next));  // allowed, so it feeds
+        for (const auto& stop : p.stop) {
+          if (stop.empty()) continue;
+          size_t at = s->text.find(stop);
+          if (at != std::string::npos) {
+            s->text.resize(at);
+            finish = true;
+            reason = "stop";
+            break;
+          }
         }
       }
     }

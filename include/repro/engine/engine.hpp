@@ -13,6 +13,8 @@
 
 namespace repro {
 
+struct JsonConstraint;  // repro/engine/json_schema.hpp
+
 // Decoding parameters of one request. The sampling draw at step t depends only on
 // (seed, t, logits): never on batch size, batch mates or position.
 struct DecodeParams {
@@ -24,6 +26,11 @@ struct DecodeParams {
   std::vector<std::string> stop;  // stop strings (text); the match is cut from the output
   bool stop_at_eos = true;
   int top_logprobs = 0;           // > 0: also record the this-many most likely tokens at each step
+  // Structured output: only tokens that keep the output a prefix of a document conforming to this
+  // schema are allowed; end of sequence only once it is complete. The chosen token's logprob,
+  // step stats and top logprobs are those of the constrained distribution; logits_sha256 stays the
+  // model's own logits. A sequence that no token can continue ends with finish_reason "schema".
+  std::shared_ptr<const JsonConstraint> json_schema;
 };
 
 // One alternative token at a step: id and log-softmax (before temperature).

@@ -1,0 +1,112 @@
+// Structured output: constrained decoding to a JSON Schema.
+//
+// A schema (the subset that structured-output APIs support) compiles to a byte-level pushdown
+// automaton. At every step the engine allows only the tokens whose bytes keep the output a prefix of
+// a JSON document that conforms to the schema: a DFS over a trie of the vocabulary's token bytes,
+// feeding the automaton byte by byte and pruning at the first byte that cannot continue. Once the
+// document is complete only the end-of-sequence token is allowed. The mask is row-local (it depends
+// on the sequence's own output only), so batch invariance is untouched.
+//
+// Supported: "type" object / array / string / number / integer / boolean / null (or a list of those),
+// "properties", "required", "additionalProperties": false (the default here: only declared
+// properties, each at most once, in any order), "items", "minItems", "maxItems", "enum", "const",
+// "maxLength" (strings), "anyOf" whose alternatives start with different characters (e.g. a string
+// or null). Annotations (title, description, $schema, default, examples, $id, $comment) are ignored;
+// any other keyword ("pattern", "$ref", "oneOf", "allOf", "format", "minimum", ...) is an error that
+// names it, never silently dropped. Generated JSON has no whitespace except inside strings, at most
+// one space or newline where JSON allows whitespace, and numbers of at most 15 digits in each part.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace repro {
+
+class Tokenizer;
+
+struct SchemaNode;  // compiled schema (opaque)
+
+// The automaton's state for one sequence (a stack of frames; cheap to copy for small depths).
+struct JsonState {
+  struct Frame {
+    int kind = 0;            // see json_schema.cpp
+    const SchemaNode* node = nullptr;
+    int phase = 0;
+    int count = 0;           // array items / string length / number digits
+    uint64_t used = 0;       // object: properties present (bit per property)
+    int key = -1;            // object: the property whose value is being read
+    std::string buf;         // key or literal bytes so far
+  };
+  std::vector<Frame> stack;
+  int spaces = 0;            // consecutive whitespace bytes
+  bool done = false;         // a complete document was read
+};
+
+class JsonSchema {
+ public:
+  // Compiles `schema`; `where` names its source in errors (e.g. "--json-schema 'x.json'"). Throws
+  // UsageError naming the keyword and its JSON pointer for anything unsupported.
+  JsonSchema(const nlohmann::json& schema, std::string where);
+  ~JsonSchema();
+  JsonSchema(const JsonSchema&) = delete;
+  JsonSchema& operator=(const JsonSchema&) = delete;
+
+  JsonState start() const;
+  // Feeds one byte; false (state unchanged) when it cannot continue a conforming document.
+  bool feed(JsonState& s, unsigned char c) const;
+  bool feed(JsonState& s, const std::string& bytes) const;  // all or nothing
+  // The document read so far is complete (a number at the top level is complete once it has digits).
+  bool complete(const JsonState& s) const;
+
+  // Post-hoc check of a whole text: parses as JSON and conforms to the schema (independent of the
+  // automaton: used for the schema-valid rate).
+  bool validate(const std::string& text) const;
+
+  const nlohmann::json& schema() const { return schema_; }
+  const SchemaNode* root() const { return root_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  nlohmann::json schema_;
+  std::string where_;
+  std::vector<std::unique_ptr<SchemaNode>> nodes_;
+  const SchemaNode* root_ = nullptr;
+  friend struct SchemaCompiler;
+};
+
+// The vocabulary as a trie of token bytes, for masking. Control and empty tokens are never allowed.
+class TokenTrie {
+ public:
+  explicit TokenTrie(const Tokenizer& tok);
+  // Sets allowed[id] for every token whose bytes `schema` accepts from `s`; allowed has vocab entries
+  // (cleared first). End of sequence is the caller's business (JsonSchema::complete).
+  // Returns the number of tokens allowed.
+  int allowed(const JsonSchema& schema, const JsonState& s, std::vector<char>& allowed) const;
+  int vocab_size() const { return vocab_; }
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int>> next;  // byte -> child
+    std::vector<int> ids;                              // tokens ending here
+  };
+  std::vector<Node> nodes_;
+  int vocab_ = 0;
+  void walk(const JsonSchema& schema, int node, const JsonState& s, std::vector<char>& allowed, int& n) const;
+};
+
+// A compiled schema with its vocabulary trie, shared by every sequence that decodes under it.
+struct JsonConstraint {
+  JsonConstraint(const nlohmann::json& schema, std::string where, const Tokenizer& tok);
+  JsonSchema schema;
+  TokenTrie trie;
+};
+
+// Reads and compiles a schema file (`flag` names the flag in errors). An OpenAI `response_format`
+// object ({"type":"json_schema","json_schema":{"schema":...}}) or its inner json_schema object is
+// accepted too; {"type":"json_object"} means any JSON object.
+nlohmann::json read_json_schema_file(const std::string& path, const std::string& flag);
+// The schema inside an OpenAI-style response_format value, or the value itself when it is a schema.
+nlohmann::json schema_of(const nlohmann::json& v);
+
+}  // namespace repro
