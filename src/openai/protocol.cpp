@@ -154,12 +154,12 @@ std::vector<std::string> url_secrets(const std::string& url) {
 
 std::vector<std::string> endpoint_secrets(const std::vector<EndpointSpec>& endpoints) {
   std::vector<std::string> out;
-  auto add = [&](const std::string& v) {
-    if (v.size() >= kMinSecretLength && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  auto add = [&](const std::string& v, size_t min_length) {
+    if (!v.empty() && v.size() >= min_length && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
   };
   for (const auto& e : endpoints) {
-    add(e.api_key);
-    for (const auto& v : url_secrets(e.url)) add(v);
+    add(e.api_key, 1);  // the key, however short
+    for (const auto& v : url_secrets(e.url)) add(v, kMinSecretLength);
   }
   // Longest first: a secret that contains another is replaced whole.
   std::sort(out.begin(), out.end(),

@@ -13,7 +13,8 @@
 //
 // TLS: peer and host verification always on; CAINFO from spec.ca_cert. No insecure switch.
 // Secrets: the key only ever goes into the curl header list; every string produced here (errors,
-// log lines) is passed through scrub_secret(), and logged headers are redacted.
+// log lines) is passed through scrub_secret() (log lines: scrub_secrets(), URL credentials too), and
+// logged headers are redacted.
 #include <curl/curl.h>
 #include <strings.h>
 #include <time.h>
@@ -196,7 +197,7 @@ struct RemoteClient::Impl {
 
   void log(const std::string& line) {
     if (!spec().verbose) return;
-    std::string s = scrub_secret(line, spec().api_key);
+    std::string s = scrub_secrets(line, endpoint_secrets({spec()}));  // the key and URL credentials
     if (spec().log)
       spec().log(s);
     else

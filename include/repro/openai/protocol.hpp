@@ -60,8 +60,8 @@ std::string redact_url(const std::string& url);
 std::string scrub_secret(std::string s, const std::string& secret);
 // The values redact_url replaces in `url`: user:password (and the password alone), secret query values.
 std::vector<std::string> url_secrets(const std::string& url);
-// Secrets shorter than this are not scrubbed from text (a 2-character query value would rewrite
-// every occurrence of those characters); API keys and URL credentials are longer.
+// URL credentials shorter than this are not scrubbed from text (a 2-character query value would
+// rewrite every occurrence of those characters); the API key always is.
 inline constexpr size_t kMinSecretLength = 6;
 // Every secret of these endpoints, longest first: API keys and URL credentials (url_secrets).
 std::vector<std::string> endpoint_secrets(const std::vector<EndpointSpec>& endpoints);
