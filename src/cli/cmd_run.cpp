@@ -302,6 +302,9 @@ int run_run(const RunOptions& o) {
     if (!o.resume.empty()) {  // the same bytes, wherever the file is now
       std::string had = recorded_string(report.environment, "model", "sha256");
       if (had.empty()) had = recorded_string(report.environment, "digests", "model_sha256");
+      if (had.empty())
+        throw UsageError("--resume " + o.resume +
+                         ": the run recorded no model digest (written by another version?); start a new run");
       if (had != model->file_sha256)
         throw UsageError("--resume " + o.resume + ": the model file " + model_path + " has sha256 " +
                          short_hex(model->file_sha256) + " but the run used " + short_hex(had) +
