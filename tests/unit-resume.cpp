@@ -142,67 +142,80 @@ TEST_CASE(
         ++n;
     return n;
   };
-  auto dir = test::scratch_dir("resume-remote");
-  const std::string ep = " --endpoint a=" + srv.url() + "/v1";
-  const std::string plan =
-      " --api-model m --api completions -n 3 --concurrency 1,2 --no-cache-probe --max-tokens 4"
-      " --prompt 'alpha beta' --prompt 'gamma delta' --format json";
-  const int total = 2 * 2 * 3;  // prompts x concurrency levels x repeats; no cache probe
+  // Without the cache probe, interrupted after 5 probes; with it (cold + 2 warm requests per
+  // prompt, first), interrupted inside the first prompt's cache probe.
+  for (const bool cache : {false, true}) {
+    CAPTURE(cache);
+    auto dir = test::scratch_dir(cache ? "resume-remote-cache" : "resume-remote");
+    const std::string ep = " --endpoint a=" + srv.url() + "/v1";
+    const std::string plan =
+        " --api-model m --api completions -n 3 --concurrency 1,2 --max-tokens 4"
+        " --prompt 'alpha beta' --prompt 'gamma delta' --format json" +
+        std::string(cache ? "" : " --no-cache-probe");
+    const int total = 2 * (2 * 3 + (cache ? 3 : 0));  // prompts x (levels x repeats + cache probe)
+    const int full_before = probes();
 
-  auto full = run(dir, "run --quiet" + ep + plan + " --out '" + (dir / "full").string() + "'");
-  CAPTURE(full.output);
-  REQUIRE(full.code == 0);
-  CHECK(probes() == total);
+    auto full = run(dir, "run --quiet" + ep + plan + " --out '" + (dir / "full").string() + "'");
+    CAPTURE(full.output);
+    REQUIRE(full.code == 0);
+    CHECK(probes() - full_before == total);
 
-  // Interrupted after a few probes.
-  const int before = probes();
-  const fs::path part = dir / "part";
-  pid_t pid = start(dir, "run --quiet" + ep + plan + " --out '" + part.string() + "'");
-  REQUIRE(pid > 0);
-  for (int i = 0; i < 2000 && probes() - before < 5; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  kill(pid, SIGINT);
-  CHECK(exit_status(pid) == 130);
-  AuditReport partial = load_report((part / "report.json").string());
-  const int finished = static_cast<int>(partial.completions.size());
-  CHECK(finished > 0);
-  CHECK(finished < total);
+    // Interrupted after a few probes.
+    const int before = probes();
+    const fs::path part = dir / "part";
+    pid_t pid = start(dir, "run --quiet" + ep + plan + " --out '" + part.string() + "'");
+    REQUIRE(pid > 0);
+    for (int i = 0; i < 2000 && probes() - before < (cache ? 2 : 5); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill(pid, SIGINT);
+    CHECK(exit_status(pid) == 130);
+    AuditReport partial = load_report((part / "report.json").string());
+    const int finished = static_cast<int>(partial.completions.size());
+    CHECK(finished > 0);
+    CHECK(finished < total);
 
-  // Refused before any request: no endpoint, another URL, other request settings, other plan flags.
-  const int mid = probes();
-  const std::string resume = "run --quiet --resume '" + part.string() + "'";
-  check_refused(run(dir, resume), "the run audited endpoints; resume it with the same --endpoint a=" +
-                                      srv.url() + "/v1 (and the same API key), or start a new run");
-  check_refused(run(dir, resume + " --endpoint a=http://127.0.0.1:9/v1"),
-                "endpoint 1 (a=http://127.0.0.1:9/v1) has url \"http://127.0.0.1:9/v1\" but the run used \"" +
-                    srv.url() + "/v1\"");
-  check_refused(run(dir, resume + ep + " --api-model other"),
-                "has api_model \"other\" but the run used \"m\"");
-  check_refused(run(dir, resume + ep + " --stream"), "has stream true but the run used false");
-  check_refused(run(dir, resume + ep + " --concurrency 1"), "--concurrency gives [1] but the run used [1,2]");
-  check_refused(run(dir, resume + ep + " --extra-body '{\"top_k\": 1}'"), "has --extra-body ");
-  CHECK(probes() == mid);
+    // Refused before any request: no endpoint, another URL, other request settings, other plan flags.
+    const int mid = probes();
+    const std::string resume = "run --quiet --resume '" + part.string() + "'";
+    if (!cache) {
+      check_refused(run(dir, resume), "the run audited endpoints; resume it with the same --endpoint a=" +
+                                          srv.url() + "/v1 (and the same API key), or start a new run");
+      check_refused(
+          run(dir, resume + " --endpoint a=http://127.0.0.1:9/v1"),
+          "endpoint 1 (a=http://127.0.0.1:9/v1) has url \"http://127.0.0.1:9/v1\" but the run used \"" +
+              srv.url() + "/v1\"");
+      check_refused(run(dir, resume + ep + " --api-model other"),
+                    "has api_model \"other\" but the run used \"m\"");
+      check_refused(run(dir, resume + ep + " --stream"), "has stream true but the run used false");
+      check_refused(run(dir, resume + ep + " --concurrency 1"),
+                    "--concurrency gives [1] but the run used [1,2]");
+      check_refused(run(dir, resume + ep + " --extra-body '{\"top_k\": 1}'"), "has --extra-body ");
+    }
+    CHECK(probes() == mid);
 
-  // Resumed: only the missing requests are sent, --no-cache-probe holds, and the result is the
-  // uninterrupted run's, completion by completion.
-  auto r = run(dir, resume + ep);
-  CAPTURE(r.output);
-  CHECK(r.code == 0);
-  CHECK(probes() - mid == total - finished);
-  AuditReport done = load_report((part / "report.json").string());
-  AuditReport whole = load_report(((dir / "full") / "report.json").string());
-  CHECK(!done.summary.interrupted);
-  REQUIRE(done.completions.size() == static_cast<size_t>(total));
-  std::map<std::string, std::string> a, b;
-  for (const auto& c : done.completions) a[cell_key(c)] = c.text;
-  for (const auto& c : whole.completions) b[cell_key(c)] = c.text;
-  CHECK(a == b);
-  for (const auto& c : done.completions) CHECK(c.cache_state.empty());
-  REQUIRE(done.cases.size() == whole.cases.size());
-  for (size_t i = 0; i < done.cases.size(); ++i) {
-    CHECK(done.cases[i].prompt_id == whole.cases[i].prompt_id);
-    CHECK(done.cases[i].n == whole.cases[i].n);
-    CHECK(done.cases[i].unique == whole.cases[i].unique);
+    // Resumed: only the missing requests are sent, the cache probe setting holds, and the result is the
+    // uninterrupted run's, completion by completion.
+    auto r = run(dir, resume + ep);
+    CAPTURE(r.output);
+    CHECK(r.code == 0);
+    CHECK(probes() - mid == total - finished);
+    AuditReport done = load_report((part / "report.json").string());
+    AuditReport whole = load_report(((dir / "full") / "report.json").string());
+    CHECK(!done.summary.interrupted);
+    REQUIRE(done.completions.size() == static_cast<size_t>(total));
+    std::map<std::string, std::string> a, b;
+    for (const auto& c : done.completions) a[cell_key(c)] = c.text;
+    for (const auto& c : whole.completions) b[cell_key(c)] = c.text;
+    CHECK(a == b);
+    size_t cached = 0;
+    for (const auto& c : done.completions) cached += c.cache_state.empty() ? 0 : 1;
+    CHECK(cached == (cache ? 6u : 0u));
+    REQUIRE(done.cases.size() == whole.cases.size());
+    for (size_t i = 0; i < done.cases.size(); ++i) {
+      CHECK(done.cases[i].prompt_id == whole.cases[i].prompt_id);
+      CHECK(done.cases[i].n == whole.cases[i].n);
+      CHECK(done.cases[i].unique == whole.cases[i].unique);
+    }
+    CHECK(done.plan == whole.plan);
   }
-  CHECK(done.plan == whole.plan);
 }
