@@ -5,6 +5,7 @@
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/runner.hpp"
+#include "repro/report/report.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -615,4 +616,43 @@ TEST_CASE("progress line: ETA from tokens to generate, the cell running and dive
   p.measured_work = 0;
   p.measured_seconds = 0;
   CHECK(progress_line(p).find("ETA --") != std::string::npos);
+}
+
+TEST_CASE("divergent local cases carry the generate command of each cluster; the reports print it") {
+  AuditReport r;
+  r.environment = {{"model", {{"path", "/models/it's.gguf"}}}, {"engine", {{"device", "cpu"}}}};
+  r.plan = {{"threads", 2}, {"max_tokens", 8}, {"filler_seed", 10}};
+  r.prompts["p"] = "Once upon a time";
+  r.prompts["q"] = "Lily";
+  Completion a = mk("p", "default", {1, 2}, "ab"), b = mk("p", "default", {1, 3}, "ac", 8);
+  a.precision = b.precision = "bf16";
+  b.position = 7;
+  b.filler_set = "f2";
+  Completion s = mk("q", "default", {4}, "d", 4);
+  s.decoding_id = "t0.8-p0.95-k40-s3";
+  s.seed = 3;
+  s.filler_set = "f0";
+  r.completions = {a, b, s, s};
+  analyze(r);
+  const CaseResult& p = find_case(r, "p", "default");
+  REQUIRE(p.clusters.size() == 2);
+  CHECK(p.clusters[0].repro_command ==
+        "repro-audit generate --model '/models/it'\\''s.gguf' --mode default --precision bf16 --device cpu "
+        "--threads 2 --prompt 'Once upon a time' --max-tokens 8 --batch-size 1 --position 0 --json");
+  CHECK(p.clusters[1].repro_command ==
+        "repro-audit generate --model '/models/it'\\''s.gguf' --mode default --precision bf16 --device cpu "
+        "--threads 2 --prompt 'Once upon a time' --max-tokens 8 --batch-size 8 --position 7 --filler-seed 12 --json");
+  CHECK(repro_command(r, s) ==
+        "repro-audit generate --model '/models/it'\\''s.gguf' --mode default --precision f32 --device cpu --threads 2 "
+        "--prompt 'Lily' --max-tokens 8 --temperature 0.8 --top-p 0.95 --top-k 40 --seed 3 --batch-size 4 "
+        "--position 0 --filler-seed 10 --json");
+  // a reproducible case carries none
+  CHECK(find_case(r, "q", "default").clusters[0].repro_command.empty());
+  // remote completions: none
+  Completion remote = a;
+  remote.response_id = "x";
+  CHECK(repro_command(r, remote).empty());
+  CHECK(to_markdown(r).find("```sh\n# c1 (majority)\nrepro-audit generate --model") != std::string::npos);
+  CHECK(to_html(r).find("<pre class=\"repro\"># c1 (majority)\nrepro-audit generate --model &#39;/models/it&#39;") !=
+        std::string::npos);
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "repro/audit/analysis.hpp"
 #include "repro/report/report.hpp"
 #include "repro/common/util.hpp"
 #include "test_util.hpp"
@@ -190,4 +191,32 @@ TEST_CASE("run: Ctrl-C and SIGTERM write what finished (exit 130 / 143) and --re
     CHECK(done.completions.size() == total);
     CHECK(!done.summary.interrupted);
   }
+}
+
+TEST_CASE("run: the printed generate command replays a batched completion bit for bit") {
+  auto dir = test::scratch_dir("run-repro-command");
+  auto r = sh(cli(dir, "run --quiet --modes default --gate-modes default --precisions bf16 --batch-sizes 1,4 "
+                       "--positions last --filler-sets 2 --max-tokens 12 --prompt \"Lily's dog\" --format json "
+                       "--out '" + (dir / "out").string() + "'"));
+  INFO(r.output);
+  REQUIRE((r.code == 0 || r.code == 1));
+  AuditReport rep = load_report((dir / "out" / "report.json").string());
+  const Completion* batched = nullptr;
+  for (const auto& c : rep.completions)
+    if (c.batch_size == 4 && c.filler_set == "f1") batched = &c;
+  REQUIRE(batched != nullptr);
+  CHECK(batched->position == 3);
+  std::string cmd = repro_command(rep, *batched);
+  REQUIRE(cmd.rfind("repro-audit generate ", 0) == 0);
+  CHECK(cmd.find("--precision bf16") != std::string::npos);
+  CHECK(cmd.find("--filler-seed 2") != std::string::npos);  // filler_seed 1 + set 1
+  auto g = sh(env(dir) + "'" + test::binary() + "'" + cmd.substr(std::string("repro-audit").size()));
+  INFO(cmd);
+  INFO(g.output);
+  REQUIRE(g.code == 0);
+  auto j = nlohmann::json::parse(g.output);
+  CHECK(j["tokens"].get<std::vector<int>>() == batched->tokens);
+  CHECK(j["text"].get<std::string>() == batched->text);
+  CHECK(j["logits_sha256"].get<std::string>() == batched->logits_sha256);
+  CHECK(j["fillers"].get<std::vector<std::string>>() == batched->filler_ids);
 }

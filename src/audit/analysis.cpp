@@ -453,6 +453,10 @@ void analyze(AuditReport& r) {
   for (size_t k = 0; k < r.cases.size(); ++k) {
     analyze_case(r.cases[k], all, members[k], hashes, extractor);
     analyze_drift(r.cases[k], all, members[k], r.fragile_margin);  // size of the drift: drift.cpp
+    // Where a case diverged: the command that replays each cluster's first member alone.
+    if (r.cases[k].clusters.size() > 1 || (r.cases[k].tara && !*r.cases[k].tara))
+      for (auto& cl : r.cases[k].clusters)
+        if (!cl.members.empty()) cl.repro_command = repro_command(r, all[cl.members[0]]);
   }
 
   // ---- cross-mode tables: per (prompt, decoding), which outputs each mode (at each precision) produced
@@ -535,6 +539,54 @@ void analyze(AuditReport& r) {
   compute_verdicts(r, mode_order);
   // Drift size against the reference context, per mode and precision (src/audit/drift.cpp).
   for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases);
+}
+
+// ============================================================================ repro command
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char ch : s) o += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return o + "'";
+}
+}  // namespace
+
+std::string repro_command(const AuditReport& r, const Completion& c) {
+  if (is_remote(c) || !r.environment.is_object() || !r.plan.is_object()) return "";
+  auto model = r.environment.find("model");
+  if (model == r.environment.end() || !model->is_object() || !model->contains("path") || !(*model)["path"].is_string())
+    return "";
+  auto prompt = r.prompts.find(c.prompt_id);
+  if (prompt == r.prompts.end()) return "";
+  std::string device = "cpu";
+  if (auto e = r.environment.find("engine"); e != r.environment.end() && e->is_object())
+    device = e->value("device", "cpu");
+  const int threads = r.plan.value("threads", 1);
+  const int max_tokens = r.plan.value("max_tokens", 32);
+  const auto fs = r.plan.find("filler_seed");
+  const uint64_t filler_seed = fs != r.plan.end() && fs->is_number_integer() && *fs >= 0 ? fs->get<uint64_t>() : 1;
+  uint64_t set = 0;
+  if (c.filler_set.size() > 1 && c.filler_set[0] == 'f') set = std::stoull(c.filler_set.substr(1));
+  std::string cmd = "repro-audit generate --model " + shell_quote((*model)["path"].get<std::string>());
+  if (model->contains("tokenizer_path") && (*model)["tokenizer_path"].is_string())
+    cmd += " --tokenizer " + shell_quote((*model)["tokenizer_path"].get<std::string>());
+  cmd += " --mode " + c.mode + " --precision " + (c.precision.empty() ? "f32" : c.precision) + " --device " + device +
+         " --threads " + std::to_string(threads) + " --prompt " + shell_quote(prompt->second) +
+         " --max-tokens " + std::to_string(max_tokens);
+  // Sampled decoding ids read "t0.8-p0.95-k40-s1" (see decoding_cells): temperature, top-p, top-k, seed.
+  if (c.decoding_id != "greedy") {
+    for (const auto& part : split(c.decoding_id, '-')) {
+      if (part.size() < 2) continue;
+      const std::string v = part.substr(1);
+      if (part[0] == 't') cmd += " --temperature " + v;
+      if (part[0] == 'p') cmd += " --top-p " + v;
+      if (part[0] == 'k') cmd += " --top-k " + v;
+    }
+    cmd += " --seed " + std::to_string(c.seed);
+  }
+  cmd += " --batch-size " + std::to_string(c.batch_size) + " --position " + std::to_string(c.position);
+  if (c.batch_size > 1) cmd += " --filler-seed " + std::to_string(filler_seed + set);
+  return cmd + " --json";
 }
 
 // ============================================================================ benchmark

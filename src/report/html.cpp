@@ -385,6 +385,14 @@ std::string to_html(const AuditReport& r) {
       }
       o += "</table>\n";
     }
+    std::string cmds;
+    for (size_t i = 0; i < c.clusters.size(); ++i)
+      if (!c.clusters[i].repro_command.empty())
+        cmds += fmt::format("# c{}{}\n{}\n", i + 1, c.clusters[i].majority ? " (majority)" : "",
+                            esc(c.clusters[i].repro_command));
+    if (!cmds.empty())
+      o += "<p>Reproduce each cluster's first completion alone (token ids, logprobs and the final-logits hash with "
+           "--json):</p><pre class=\"repro\">" + cmds + "</pre>\n";
     for (const auto& f : c.factors) {
       o += fmt::format("<table><tr><th>{}{}</th>", esc(f.factor), f.explains ? " (explains)" : "");
       for (size_t i = 0; i < c.clusters.size(); ++i) o += fmt::format("<th>c{}</th>", i + 1);

@@ -190,6 +190,17 @@ std::string to_markdown(const AuditReport& r) {
                        k.majority ? "" : fmt::format("{} ({})", k.cluster_token, logprob(k.cluster_logprob)), k.family,
                        k.distance_to_majority, k.bit_variants, text);
     }
+    bool any_cmd = false;
+    for (const auto& k : c.clusters) any_cmd = any_cmd || !k.repro_command.empty();
+    if (any_cmd) {
+      o += "\nReproduce each cluster's first completion alone (token ids, logprobs and the final-logits hash with "
+           "--json):\n\n```sh\n";
+      for (size_t i = 0; i < c.clusters.size(); ++i)
+        if (!c.clusters[i].repro_command.empty())
+          o += fmt::format("# c{}{}\n{}\n", i + 1, c.clusters[i].majority ? " (majority)" : "",
+                           c.clusters[i].repro_command);
+      o += "```\n";
+    }
     for (const auto& f : c.factors) {
       o += fmt::format("\nBy {}{}:\n\n| {} |", cell(f.factor), f.explains ? " (explains the clusters)" : "",
                        cell(f.factor));

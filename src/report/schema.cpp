@@ -108,6 +108,7 @@ void describe(V& v, T& x) {
   v("distance_to_majority", x.distance_to_majority);
   v("bit_variants", x.bit_variants);
   v("answer", x.answer);
+  v("repro_command", x.repro_command);
 }
 
 template <class V, Is<FactorTable> T>

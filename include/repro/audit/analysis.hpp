@@ -20,6 +20,12 @@ namespace repro {
 // Throws UsageError when --answer-regex or --answer-json-path is malformed.
 void analyze(AuditReport& report);
 
+// The `repro-audit generate` command that replays completion `c` of a local run alone: the model
+// file, mode, precision, device, threads, prompt, decoding (temperature, top-p, top-k, seed), max
+// tokens, batch size, position and filler seed, with --json (token ids, logprobs, final-logits
+// hash). Empty for completions of endpoints and when the report lacks the model or plan record.
+std::string repro_command(const AuditReport& r, const Completion& c);
+
 
 // Family linkage threshold: two clusters belong to the same family when their normalised token edit
 // distance (Levenshtein / max(len)) is <= this value (single linkage).

@@ -78,6 +78,7 @@ struct Cluster {
   double distance_to_majority = 0; // normalised token edit distance in [0, 1]
   int bit_variants = 1;           // distinct logits/logprob fingerprints inside this token cluster
   std::optional<std::string> answer;  // extracted answer (when an extractor is configured and it matched)
+  std::string repro_command;      // divergent local cases: `repro-audit generate ...` replaying the first member
 };
 
 // Which factor a divergence follows: for each factor value, how many members fall in each cluster.
