@@ -150,6 +150,25 @@ TEST_CASE("sampling primitives") {
   CHECK(token_logprob(logits.data(), 4, 1) == doctest::Approx(3.0 - lse));
 }
 
+TEST_CASE("step_stats with a chosen token: its logprob is token_logprob bit for bit, the stats unchanged") {
+  std::vector<float> lg(777);
+  uint32_t h = 12345;
+  for (auto& v : lg) {
+    h = h * 1664525u + 1013904223u;
+    v = static_cast<float>(h >> 8) / 16777216.0f * 20.0f - 10.0f;
+  }
+  const int n = static_cast<int>(lg.size());
+  const StepStats plain = step_stats(lg.data(), n);
+  for (int id : {0, 1, 17, 400, n - 1, plain.top_ids[0]}) {
+    float lp = 1.0f;
+    const StepStats st = step_stats(lg.data(), n, id, &lp);
+    const float want = token_logprob(lg.data(), n, id);
+    CHECK(std::memcmp(&lp, &want, sizeof lp) == 0);
+    CHECK(std::memcmp(st.top_logprobs, plain.top_logprobs, sizeof st.top_logprobs) == 0);
+    CHECK(std::memcmp(st.top_ids, plain.top_ids, sizeof st.top_ids) == 0);
+  }
+}
+
 TEST_CASE("beam search: width 1 is greedy; wider beams score at least as well") {
   const Model& m = synth();
   EngineOptions eo{Mode::BatchInvariant, 1};

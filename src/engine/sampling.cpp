@@ -33,7 +33,9 @@ float token_logprob(const float* logits, int n, int id) {
   return static_cast<float>(static_cast<double>(logits[id]) - mx - std::log(sum));
 }
 
-StepStats step_stats(const float* logits, int n) {
+StepStats step_stats(const float* logits, int n) { return step_stats(logits, n, -1, nullptr); }
+
+StepStats step_stats(const float* logits, int n, int chosen, float* chosen_logprob) {
   StepStats st;
   int cnt = 0;  // ids held in st.top_ids, sorted by (logit desc, id asc)
   for (int i = 0; i < n; ++i) {
@@ -52,6 +54,8 @@ StepStats step_stats(const float* logits, int n) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
   const double lse = std::log(sum);
+  if (chosen_logprob && chosen >= 0 && chosen < n)
+    *chosen_logprob = static_cast<float>(static_cast<double>(logits[chosen]) - mx - lse);
   for (int j = 0; j < kTopRecorded; ++j) {
     if (j < cnt) {
       st.top_logprobs[j] = static_cast<float>(static_cast<double>(logits[st.top_ids[j]]) - mx - lse);

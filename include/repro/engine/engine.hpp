@@ -57,6 +57,9 @@ struct StepStats {
 };
 // StepStats of one step's logits (n >= 1; ids past n are -1 with logprob -inf).
 StepStats step_stats(const float* logits, int n);
+// The same, and *chosen_logprob = token_logprob(logits, n, chosen) bit for bit from the same
+// log-sum-exp (one pass over the vocabulary instead of two).
+StepStats step_stats(const float* logits, int n, int chosen, float* chosen_logprob);
 
 struct GenResult {
   std::vector<int> tokens;       // generated ids (without the prompt)
