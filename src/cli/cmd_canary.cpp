@@ -56,15 +56,7 @@ std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohm
     EndpointSpec e = parse_endpoint_arg(arg);
     url_of[e.label] = e.url;
   }
-  nlohmann::json extra = nlohmann::json::object();
-  if (!o.extra_body.empty()) {
-    try {
-      extra = nlohmann::json::parse(o.extra_body);
-    } catch (const nlohmann::json::parse_error&) {
-      throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
-    }
-    if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
-  }
+  const nlohmann::json extra = parse_extra_body(o.extra_body);
   std::string key = load_api_key(o.api_key_env, o.api_key_file);
   std::vector<EndpointSpec> eps;
   for (const auto& r : record) {

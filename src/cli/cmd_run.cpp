@@ -79,15 +79,7 @@ PlanOptions build_plan(const RunOptions& o) {
 std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
   std::vector<EndpointSpec> eps;
   std::string key = load_api_key(o.api_key_env, o.api_key_file);
-  nlohmann::json extra = nlohmann::json::object();
-  if (!o.extra_body.empty()) {
-    try {
-      extra = nlohmann::json::parse(o.extra_body);
-    } catch (const nlohmann::json::parse_error&) {
-      throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
-    }
-    if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
-  }
+  const nlohmann::json extra = parse_extra_body(o.extra_body);
   for (const auto& arg : o.endpoints) {
     EndpointSpec e = parse_endpoint_arg(arg);
     e.api_model = o.api_model;

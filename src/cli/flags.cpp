@@ -73,4 +73,12 @@ EngineOptions EngineFlags::engine_options() const {
   return o;
 }
 
+nlohmann::json parse_extra_body(const std::string& text) {
+  if (text.empty()) return nlohmann::json::object();
+  nlohmann::json extra = nlohmann::json::parse(text, nullptr, false);
+  if (extra.is_discarded()) throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
+  if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
+  return extra;
+}
+
 }  // namespace repro::cli

@@ -44,4 +44,7 @@ struct EngineFlagSpec {
 
 void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec = {});
 
+// --extra-body: a JSON object merged into every request ("" = an empty object); UsageError otherwise.
+nlohmann::json parse_extra_body(const std::string& text);
+
 }  // namespace repro::cli
