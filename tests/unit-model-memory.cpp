@@ -23,6 +23,12 @@ long long peak_rss(const std::string& out) {
 }  // namespace
 
 TEST_CASE("memory: a ~200 MB Q4_K model loads and runs at batch 32 within file size + KV cache + buffers") {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's shadow memory and quarantine dominate the resident set and make the batch-32
+  // run many times slower, so the bound below says nothing about the engine in such a build.
+  MESSAGE("SKIPPED: built with AddressSanitizer (REPRO_SANITIZE=ON); peak RSS is measured in normal builds");
+  return;
+#endif
   if (!std::filesystem::exists("/usr/bin/time")) {
     MESSAGE("SKIPPED: /usr/bin/time not found (GNU time measures the peak RSS)");
     return;
