@@ -122,6 +122,105 @@ void dq_q6_k(const uint8_t* b, float* y) {
       }
 }
 
+// ---- AVX2 dequantizers, one block: the same single f32 operations in the same order as the
+// scalar ones above, 8 elements at a time (target avx2 without fma, so nothing is contracted) ----
+#if defined(__x86_64__)
+#define REPRO_DQ_AVX2 __attribute__((target("avx2")))
+
+// 8 bytes (the low 8 of v) as unsigned / signed integers converted to f32.
+REPRO_DQ_AVX2 inline __m256 u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+REPRO_DQ_AVX2 inline __m256 i8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+REPRO_DQ_AVX2 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+REPRO_DQ_AVX2 void dq_q8_0_avx2(const uint8_t* b, float* y) {
+  const __m256 d = _mm256_set1_ps(half_to_f32(load16(b)));
+  for (int j = 0; j < 32; j += 16) {
+    const __m128i q = load128(b + 2 + j);
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(d, i8x8(q)));
+    _mm256_storeu_ps(y + j + 8, _mm256_mul_ps(d, i8x8(_mm_srli_si128(q, 8))));
+  }
+}
+
+// 8 elements s * (v - bias): the integer subtraction first, then conversion and one multiply.
+REPRO_DQ_AVX2 inline void put_biased(float* dst, __m256 s, __m128i v, int bias) {
+  const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(v), _mm256_set1_epi32(bias));
+  _mm256_storeu_ps(dst, _mm256_mul_ps(s, _mm256_cvtepi32_ps(i)));
+}
+
+REPRO_DQ_AVX2 void dq_q4_0_avx2(const uint8_t* b, float* y) {
+  const __m256 d = _mm256_set1_ps(half_to_f32(load16(b)));
+  const __m128i q = load128(b + 2), mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  put_biased(y, d, lo, 8);
+  put_biased(y + 8, d, _mm_srli_si128(lo, 8), 8);
+  put_biased(y + 16, d, hi, 8);
+  put_biased(y + 24, d, _mm_srli_si128(hi, 8), 8);
+}
+
+REPRO_DQ_AVX2 void dq_k45_avx2(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
+  const float d = half_to_f32(load16(b)), dmin = half_to_f32(load16(b + 2));
+  const uint8_t* scales = b + 4;
+  const __m128i mask = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+  for (int g = 0; g < 4; ++g) {
+    int sc0, m0, sc1, m1;
+    unpack_scale_min(scales, 2 * g, sc0, m0);
+    unpack_scale_min(scales, 2 * g + 1, sc1, m1);
+    const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(sc0)), n0 = _mm256_set1_ps(dmin * static_cast<float>(m0));
+    const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc1)), n1 = _mm256_set1_ps(dmin * static_cast<float>(m1));
+    for (int h = 0; h < 32; h += 16) {
+      const __m128i q = load128(qs + 32 * g + h);
+      __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+      if (qh) {
+        const __m128i bits = load128(qh + h);
+        // Bit 2g (2g + 1) of each byte moved to bit 4; the 16-bit shifts cannot mix bytes under the mask.
+        lo = _mm_or_si128(lo, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(bits, 2 * g), one), 4));
+        hi = _mm_or_si128(hi, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(bits, 2 * g + 1), one), 4));
+      }
+      float* ylo = y + 64 * g + h;
+      float* yhi = y + 64 * g + 32 + h;
+      _mm256_storeu_ps(ylo, _mm256_sub_ps(_mm256_mul_ps(d0, u8x8(lo)), n0));
+      _mm256_storeu_ps(ylo + 8, _mm256_sub_ps(_mm256_mul_ps(d0, u8x8(_mm_srli_si128(lo, 8))), n0));
+      _mm256_storeu_ps(yhi, _mm256_sub_ps(_mm256_mul_ps(d1, u8x8(hi)), n1));
+      _mm256_storeu_ps(yhi + 8, _mm256_sub_ps(_mm256_mul_ps(d1, u8x8(_mm_srli_si128(hi, 8))), n1));
+    }
+  }
+}
+
+REPRO_DQ_AVX2 void dq_q6_k_avx2(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qhb = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = half_to_f32(load16(b + 208));
+  const __m128i mask = _mm_set1_epi8(0x0f), three = _mm_set1_epi8(3);
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; l += 16) {
+        const __m128i low = load128(ql + 64 * h + l + 32 * (k & 1));
+        const __m128i nib = k < 2 ? _mm_and_si128(low, mask) : _mm_and_si128(_mm_srli_epi16(low, 4), mask);
+        const __m128i top = _mm_and_si128(_mm_srli_epi16(load128(qhb + 32 * h + l), 2 * k), three);
+        const __m128i q = _mm_or_si128(nib, _mm_slli_epi16(top, 4));  // 0..63, before the -32
+        const int e = 128 * h + 32 * k + l;                            // 16 elements: one sub-block
+        const __m256 s = _mm256_set1_ps(d * static_cast<float>(sc[e / 16]));
+        put_biased(y + e, s, q, 32);
+        put_biased(y + e + 8, s, _mm_srli_si128(q, 8), 32);
+      }
+}
+
+REPRO_DQ_AVX2 void bf16_row_avx2(const uint8_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(load128(src + 2 * i));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  for (; i < n; ++i) dst[i] = bits_f32(static_cast<uint32_t>(load16(src + 2 * i)) << 16);
+}
+
+bool dequant_avx2() {
+  static const bool on = __builtin_cpu_supports("avx2");
+  return on;
+}
+#endif
+
 // ---- quantizers, one block ----
 float max_abs_signed(const float* x, int n) {
   float best = 0, amax = 0;
@@ -241,23 +340,29 @@ size_t row_bytes(Format f, int64_t n) {
   return static_cast<size_t>(n / b.elems) * static_cast<size_t>(b.bytes);
 }
 
-void dequantize_row(Format f, const uint8_t* src, float* dst, int64_t n) {
-  // Element formats: one tight loop each (no dispatch per element).
-  switch (f) {
-    case Format::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case Format::F16:
-#if defined(__x86_64__)
-      if (__builtin_cpu_supports("f16c")) return f16_row_f16c(src, dst, n);
-#endif
-      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
-      return;
-    case Format::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bits_f32(static_cast<uint32_t>(load16(src + 2 * i)) << 16);
-      return;
-    default: break;
-  }
+namespace {
+void dequantize_blocks(Format f, const uint8_t* src, float* dst, int64_t n, bool simd) {
   const Block bk = block_of(f);
   const int64_t blocks = n / bk.elems;
+#if defined(__x86_64__)
+  if (simd) {
+    for (int64_t i = 0; i < blocks; ++i) {
+      const uint8_t* b = src + i * bk.bytes;
+      float* y = dst + i * bk.elems;
+      switch (f) {
+        case Format::Q8_0: dq_q8_0_avx2(b, y); break;
+        case Format::Q4_0: dq_q4_0_avx2(b, y); break;
+        case Format::Q4_K: dq_k45_avx2(b, nullptr, b + 16, y); break;
+        case Format::Q5_K: dq_k45_avx2(b, b + 16, b + 48, y); break;
+        case Format::Q6_K: dq_q6_k_avx2(b, y); break;
+        default: return dequantize_blocks(f, src, dst, n, false);
+      }
+    }
+    return;
+  }
+#else
+  (void)simd;
+#endif
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = src + i * bk.bytes;
     float* y = dst + i * bk.elems;
@@ -273,6 +378,38 @@ void dequantize_row(Format f, const uint8_t* src, float* dst, int64_t n) {
     }
   }
 }
+
+void dequantize(Format f, const uint8_t* src, float* dst, int64_t n, bool simd) {
+  // Element formats: one tight loop each (no dispatch per element).
+  switch (f) {
+    case Format::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case Format::F16:
+#if defined(__x86_64__)
+      if (simd && __builtin_cpu_supports("f16c")) return f16_row_f16c(src, dst, n);
+#endif
+      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
+      return;
+    case Format::BF16:
+#if defined(__x86_64__)
+      if (simd) return bf16_row_avx2(src, dst, n);
+#endif
+      for (int64_t i = 0; i < n; ++i) dst[i] = bits_f32(static_cast<uint32_t>(load16(src + 2 * i)) << 16);
+      return;
+    default: break;
+  }
+  dequantize_blocks(f, src, dst, n, simd);
+}
+}  // namespace
+
+void dequantize_row(Format f, const uint8_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__)
+  dequantize(f, src, dst, n, dequant_avx2());
+#else
+  dequantize(f, src, dst, n, false);
+#endif
+}
+
+void dequantize_row_scalar(Format f, const uint8_t* src, float* dst, int64_t n) { dequantize(f, src, dst, n, false); }
 
 void quantize_row(Format f, const float* src, uint8_t* dst, int64_t n) {
   const Block bk = block_of(f);

@@ -50,7 +50,11 @@ Block block_of(Format f);
 size_t row_bytes(Format f, int64_t n);
 
 // n elements (a multiple of the block's elements) from the stored bytes src to f32.
+// Block formats and BF16 take AVX2 code where the CPU has it, F16 the F16C instruction: the same
+// bits as dequantize_row_scalar, element for element (tests/unit-quant.cpp compares them).
 void dequantize_row(Format f, const uint8_t* src, float* dst, int64_t n);
+// The plain per-element loops that define every element's value (no SIMD).
+void dequantize_row_scalar(Format f, const uint8_t* src, float* dst, int64_t n);
 // n elements of src to the format's bytes (n a multiple of the block's elements). Deterministic:
 // plain f32 arithmetic, round to nearest even, the same bytes on every machine.
 void quantize_row(Format f, const float* src, uint8_t* dst, int64_t n);
