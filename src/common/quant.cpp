@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -219,6 +220,14 @@ bool dequant_avx2() {
   static const bool on = __builtin_cpu_supports("avx2");
   return on;
 }
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool has_f16c() {
+  static const bool on = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }();
+  return on;
+}
 #endif
 
 // ---- quantizers, one block ----
@@ -385,7 +394,7 @@ void dequantize(Format f, const uint8_t* src, float* dst, int64_t n, bool simd) 
     case Format::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case Format::F16:
 #if defined(__x86_64__)
-      if (simd && __builtin_cpu_supports("f16c")) return f16_row_f16c(src, dst, n);
+      if (simd && has_f16c()) return f16_row_f16c(src, dst, n);
 #endif
       for (int64_t i = 0; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
       return;
