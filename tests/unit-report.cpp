@@ -4,13 +4,17 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/runner.hpp"
 #include "repro/common/error.hpp"
 #include "repro/openai/protocol.hpp"
 #include "repro/report/report.hpp"
@@ -80,6 +84,8 @@ AuditReport small_report() {
   failed.error = "engine: out of memory";
   r.completions.push_back(failed);
   analyze(r);
+  // the texts a tokenizer gives for the fixture's token ids (the run records them from the model's)
+  record_token_text(r, [](int id) { return id == 13 ? std::string(" cat") : id == 20 ? std::string(" dog\x04") : "?"; });
   return r;
 }
 
@@ -461,4 +467,268 @@ TEST_CASE("report and diff subcommands through the real binary") {
   p = sh(bin + " diff " + q(dir / "a.json") + " " + q(dir / "bad.json"));
   CHECK(p.rc == 2);
   CHECK(p.out.find("bad.json") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------- reports that explain
+
+namespace {
+// The y-axis tick labels of each chart (<figure id=...>) in an HTML report, in order.
+std::map<std::string, std::vector<std::string>> chart_ticks(const std::string& h) {
+  std::map<std::string, std::vector<std::string>> out;
+  size_t at = 0;
+  while ((at = h.find("<figure class=\"chart\" id=\"", at)) != std::string::npos) {
+    at += 26;
+    std::string id = h.substr(at, h.find('"', at) - at);
+    size_t end = h.find("</figure>", at);
+    for (size_t p = at; (p = h.find("class=\"yl\">", p)) != std::string::npos && p < end;) {
+      p += 11;
+      out[id].push_back(h.substr(p, h.find('<', p) - p));
+    }
+  }
+  return out;
+}
+// fill colour of every bar, by the series name in its tooltip ("<title>NAME @ ...")
+std::map<std::string, std::set<std::string>> bar_colours(const std::string& h) {
+  std::map<std::string, std::set<std::string>> out;
+  for (size_t p = 0; (p = h.find("<rect x=", p)) != std::string::npos; ++p) {
+    size_t close = h.find("</rect>", p), tag_end = h.find('>', p);
+    if (close == std::string::npos || h.find("<title>", p) > close || h.find("/>", p) < tag_end) continue;
+    size_t f = h.find("fill=\"", p) + 6;
+    std::string colour = h.substr(f, 7);
+    size_t t = h.find("<title>", p) + 7;
+    std::string name = h.substr(t, h.find(" @ ", t) - t);
+    out[name].insert(colour);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("display_text escapes control characters and bytes that are not UTF-8, keeps UTF-8") {
+  CHECK(display_text("Once upon") == "Once upon");
+  CHECK(display_text("a\nb\tc\rd") == "a\\nb\\tc\\rd");
+  CHECK(display_text(std::string("x\x04\x04y\x7f")) == "x\\x04\\x04y\\x7f");
+  CHECK(display_text("back\\slash") == "back\\\\slash");
+  CHECK(display_text("caf\xc3\xa9 \xe2\x96\x81 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe2\x96\x81 \xf0\x9f\x98\x80");
+  CHECK(display_text(std::string("\xe2\x96")) == "\\xe2\\x96");       // a cut UTF-8 sequence (one byte token)
+  CHECK(display_text(std::string("\xc0\xaf")) == "\\xc0\\xaf");       // overlong
+  CHECK(display_text(std::string("\xed\xa0\x80")) == "\\xed\\xa0\\x80");  // surrogate
+  CHECK(display_text(std::string("\xc2\x85")) == "\\u0085");          // C1 control
+}
+
+TEST_CASE("first divergence as token text with ids, prompt snippets, control characters escaped") {
+  AuditReport r = small_report();
+  CHECK(r.token_text.at("13") == " cat");
+  CHECK(r.token_text.at("20") == " dog\\x04");
+  CHECK(token_label(r, 13) == "\" cat\" (id 13)");
+  CHECK(token_label(r, 99) == "id 99");
+  CHECK(token_label(r, -1) == "end of text");
+  const Cluster& k = r.cases[0].clusters[1];
+  CHECK(divergence_label(r, r.cases[0], k) ==
+        "token 3: \" cat\" (id 13), logprob -0.2500 vs \" dog\\x04\" (id 20), logprob -1.7500");
+  std::string md = to_markdown(r), h = to_html(r);
+  CHECK(md.find("token 3: \" cat\" (id 13), logprob -0.2500 vs \" dog\\\\x04\" (id 20)") != std::string::npos);
+  CHECK(h.find("token 3: &quot; cat&quot; (id 13), logprob -0.2500 vs &quot; dog\\x04&quot; (id 20)") != std::string::npos);
+  CHECK(md.find("first divergence at token 3: \" cat\" (id 13) in the reference") != std::string::npos);
+
+  // prompt snippets, not ids; long prompts cut at 60 characters; control characters shown, never raw
+  r.prompts["p1"] = std::string(70, 'x') + "\x01";
+  for (auto& c : r.cases)
+    if (c.prompt_id == "p1") c.prompt_text = r.prompts["p1"];
+  CHECK(prompt_snippet(r, "p1") == "\"" + std::string(60, 'x') + "…\"");
+  CHECK(prompt_snippet(r, "unknown") == "unknown");
+  md = to_markdown(r);
+  h = to_html(r);
+  CHECK(md.find("### \"" + std::string(60, 'x') + "…\" · greedy · default: DIVERGENT") != std::string::npos);
+  CHECK(md.find("| \"" + std::string(60, 'x') + "…\" | greedy |") != std::string::npos);  // outputs across modes
+  CHECK(h.find("<td title=\"p1\">&quot;" + std::string(60, 'x') + "…&quot;</td>") != std::string::npos);
+  CHECK(md.find('\x01') == std::string::npos);
+  CHECK(h.find('\x01') == std::string::npos);
+  CHECK(md.find("\\x01") != std::string::npos);
+  CHECK(h.find("\\x01") != std::string::npos);
+  CHECK(md.find('\x04') == std::string::npos);
+
+  // endpoints (no token ids): the divergence is shown as the two texts from the first differing character
+  Cluster maj, other;
+  maj.majority = true;
+  maj.text = "The cat sat on the mat.";
+  other.text = "The dog\nran away quickly, far.";
+  other.first_divergence_char = 4;
+  CaseResult c;
+  c.clusters = {maj, other};
+  CHECK(divergence_label(r, c, c.clusters[1]) == "char 4: \"cat sat on the m…\" vs \"dog\\nran away qu…\"");
+}
+
+TEST_CASE("an answer regex that matches nothing is explained, not an empty TARa") {
+  AuditReport r = small_report();
+  r.answer_regex = "(\\d+)";  // no completion holds a digit
+  r.thresholds.modes.clear();
+  r.thresholds.max_error_rate = 0.5;
+  analyze(r);
+  const CaseResult& c = r.cases[2];  // p1, batch-invariant: one cluster, no answer anywhere
+  REQUIRE(c.tara);
+  CHECK(answer_status(c) == "TARa@N = no: answer missing in 4/4 (the extractor matched none of the completions)");
+  std::string md = to_markdown(r), h = to_html(r);
+  CHECK(md.find("answer missing in 4/4 (the extractor matched none of the completions)") != std::string::npos);
+  CHECK(h.find("answer missing in 4/4 (the extractor matched none of the completions)") != std::string::npos);
+  CHECK(md.find("→ answer missing") != std::string::npos);
+  CHECK(case_summary(c).find("answer missing in 4/4") != std::string::npos);
+  CHECK(verdict_cause(r).find("only because the answer is missing (answer missing in 8/8 of their completions: "
+                              "check --answer-regex)") != std::string::npos);
+  // some present, some missing
+  CaseResult partial;
+  partial.n = 5;
+  partial.tara = false;
+  partial.answer_missing = 2;
+  partial.answer_unique = 2;  // one answer plus "none"
+  CHECK(answer_status(partial) == "TARa@N = no (1 distinct answer among 3; answer missing in 2/5)");
+}
+
+TEST_CASE("Environment section: model, digests, tool version, BLAS, CPU, GPU, OS from the environment record") {
+  AuditReport r = small_report();
+  r.environment = {
+      {"tool", {{"name", "repro-audit"}, {"version", "0.1.0"}, {"commit", "abc123def456"}, {"build", {{"compiler", "gcc 12.2.0"}}}}},
+      {"model", {{"path", "/m/stories260K.gguf"}, {"sha256", "270cba1b"}, {"format", "GGUF v3"}, {"arch", "llama"},
+                 {"parameters", 292800}}},
+      {"digests", {{"prompts_sha256", "64dd8788"}, {"profile_sha256", "cc22d7d5"}, {"model_sha256", "270cba1b"}}},
+      {"blas", {{"config", "OpenBLAS 0.3.21 DYNAMIC_ARCH"}, {"threads", 1}}},
+      {"cpu", {{"model", "AMD EPYC"}, {"logical_cores", 2}, {"features", {"avx2", "fma"}}}},
+      {"gpu", {{"device", {{"name", "NVIDIA H200"}, {"compute_capability", "9.0"}}}, {"driver_version", 13000},
+               {"runtime_version", 13000}, {"cublas_version", "13.1.0"}}},
+      {"os", {{"distribution", "Debian GNU/Linux 12"}, {"sysname", "Linux"}, {"release", "6.1"}, {"machine", "x86_64"}}}};
+  std::string md = to_markdown(r), h = to_html(r);
+  for (const std::string& want :
+       {std::string("stories260K.gguf (GGUF v3, llama, 292,800 parameters)"), std::string("270cba1b"),
+        std::string("64dd8788"), std::string("cc22d7d5"), std::string("repro-audit 0.1.0, commit abc123def456"),
+        std::string("OpenBLAS 0.3.21"), std::string("AMD EPYC, 2 logical cores, features avx2 fma"),
+        std::string("NVIDIA H200, compute capability 9.0, driver 13000, CUDA runtime 13000, cuBLAS 13.1.0"),
+        std::string("Debian GNU/Linux 12, Linux 6.1")}) {
+    CAPTURE(want);
+    CHECK(h.find(want) != std::string::npos);
+    std::string md_want = want;  // Markdown escapes '_'
+    CHECK(md.find(md_want) != std::string::npos);
+  }
+  CHECK(md.find("## Environment") != std::string::npos);
+  CHECK(h.find("<table id=\"environment\">") != std::string::npos);
+  // the real record written by a run has the same sections
+  r.environment = environment_record(1);
+  auto rows = environment_rows(r);
+  std::set<std::string> what;
+  for (const auto& [w, v] : rows) what.insert(w);
+  for (const char* w : {"tool", "BLAS", "CPU", "GPU", "OS"}) CHECK_MESSAGE(what.count(w) == 1, w);
+}
+
+TEST_CASE("endpoint responses: TTFT and system_fingerprint when recorded; tokens/s of endpoints is the probe's") {
+  AuditReport r = small_report();
+  CHECK(endpoint_table(r).rows.empty());  // a local run records neither
+  CHECK(to_markdown(r).find("Endpoint responses") == std::string::npos);
+  AuditReport e;
+  e.environment = {{"endpoints", {{{"label", "vllm"}, {"url", "http://127.0.0.1:1/v1"}}}}};
+  for (int i = 0; i < 4; ++i) {
+    Completion c = mk("p1", "vllm", {1, 2, 3}, "abc", 1 + i, i, 0.1);
+    c.precision = "";
+    c.ttft_s = 0.010 + 0.002 * i;
+    c.system_fingerprint = i < 3 ? "fp_abc" : "fp_def";
+    c.response_model = "m";
+    e.completions.push_back(c);
+  }
+  analyze(e);
+  TextTable t = endpoint_table(e);
+  REQUIRE(t.rows.size() == 1);
+  CHECK(t.rows[0][0] == "vllm");
+  CHECK(t.rows[0][2] == "13.0 ms, 10.0-16.0 ms (4 of 4 streamed)");
+  CHECK(t.rows[0][3] == "fp_abc x3, fp_def x1 (2 values: the backend changed during the run)");
+  std::string md = to_markdown(e), h = to_html(e);
+  CHECK(md.find("fp\\_abc x3") != std::string::npos);
+  CHECK(h.find("fp_abc x3") != std::string::npos);
+  for (const auto& row : throughput_table(e).rows) CHECK(row[2] == "probe only (fillers not counted)");
+}
+
+TEST_CASE("throughput cells: measurements with mean, spread and range; noisy cells marked; cost per batch size") {
+  ThroughputRow row;
+  const std::vector<std::pair<int64_t, double>> runs = {{100, 1.0}, {100, 0.5}, {300, 1.0}, {50, 0.25}};
+  for (auto [t, s] : runs) add_throughput_run(row, t, s);
+  add_throughput_run(row, 0, 0.0);  // nothing measured: totals only
+  CHECK(row.runs == 4);
+  CHECK(row.tokens == 550);
+  CHECK(row.seconds == doctest::Approx(2.75));
+  CHECK(row.tokens_per_s == doctest::Approx(200.0));
+  // per run: 100, 200, 300, 200 tokens/s
+  CHECK(row.mean_tokens_per_s == doctest::Approx(200.0));
+  CHECK(row.stddev_tokens_per_s == doctest::Approx(std::sqrt(20000.0 / 3)));
+  CHECK(row.min_tokens_per_s == doctest::Approx(100.0));
+  CHECK(row.max_tokens_per_s == doctest::Approx(300.0));
+  // continued from a report read back (resume): the same statistics as one pass
+  ThroughputRow a, b;
+  for (const auto& [t, s] : runs) add_throughput_run(a, t, s);
+  for (size_t i = 0; i < 2; ++i) add_throughput_run(b, runs[i].first, runs[i].second);
+  nlohmann::json j = b;
+  ThroughputRow back = j.get<ThroughputRow>();
+  for (size_t i = 2; i < runs.size(); ++i) add_throughput_run(back, runs[i].first, runs[i].second);
+  CHECK(back.runs == a.runs);
+  CHECK(back.mean_tokens_per_s == doctest::Approx(a.mean_tokens_per_s));
+  CHECK(back.stddev_tokens_per_s == doctest::Approx(a.stddev_tokens_per_s));
+
+  AuditReport r = small_report();
+  r.throughput[0].runs = 3;
+  r.throughput[0].mean_tokens_per_s = 100;
+  r.throughput[0].stddev_tokens_per_s = 30;  // cv 0.3: noisy
+  r.throughput[0].min_tokens_per_s = 70;
+  r.throughput[0].max_tokens_per_s = 130;
+  TextTable t = throughput_table(r);
+  CHECK(t.rows[0][7] == "100.0 ± 30.0 *");
+  CHECK(t.rows[0][8] == "70.0-130.0");
+  CHECK(t.rows[1][7] == "200.0 ± 0.0");
+  CHECK(t.rows[0][2] == "whole batch");
+  auto cost = throughput_cost_lines(r);
+  REQUIRE(cost.size() == 1);
+  // token-weighted: 36 tokens in 0.39 s against default's 0.18 + 0.09 s for the same tokens
+  CHECK(cost[0] == "batch-invariant: 0.69x the throughput of default, token-weighted over batch sizes (batch 1: 0.75x, 8: 0.60x)");
+  CHECK(to_markdown(r).find(cost[0]) != std::string::npos);
+  CHECK(to_html(r).find(cost[0]) != std::string::npos);
+  // a report written before the statistics existed still renders
+  AuditReport old = load_report((kData / "report-small.json").string());
+  for (auto& row2 : old.throughput) row2.runs = 0;
+  CHECK(throughput_table(old).rows[0][6] == "-");
+}
+
+TEST_CASE("charts: distinct tick labels, one colour per mode everywhere, drift share per factor, no empty panels") {
+  AuditReport r = small_report();
+  std::string h = to_html(r);
+  auto ticks = chart_ticks(h);
+  for (const char* id : {"chart-unique", "chart-divergence", "chart-drift-batch_size", "chart-drift-position",
+                         "chart-throughput"})
+    CHECK_MESSAGE(ticks.count(id) == 1, id);
+  for (const auto& [id, labels] : ticks) {
+    CAPTURE(id);
+    REQUIRE(labels.size() == 5);
+    for (size_t i = 1; i < labels.size(); ++i) CHECK(labels[i] != labels[i - 1]);
+  }
+  // the divergence chart's axis tops at 2 completions: 0, 0.5, 1, 1.5, 2 (never "0, 0, 1, 1, 2")
+  CHECK(ticks["chart-divergence"] == std::vector<std::string>{"0", "0.5", "1", "1.5", "2"});
+  // a 1e-6 axis keeps its digits
+  AuditReport tiny = r;
+  for (auto& t : tiny.throughput) t.tokens_per_s *= 1e-8;
+  auto tt = chart_ticks(to_html(tiny))["chart-throughput"];
+  CHECK(tt == std::vector<std::string>{"0", "5e-07", "1e-06", "1.5e-06", "2e-06"});
+  // one colour per mode in every chart, distinct between modes
+  auto colours = bar_colours(h);
+  REQUIRE(colours.count("default") == 1);
+  REQUIRE(colours.count("batch-invariant") == 1);
+  CHECK(colours["default"].size() == 1);
+  CHECK(colours["batch-invariant"].size() == 1);
+  CHECK(*colours["default"].begin() != *colours["batch-invariant"].begin());
+  // share differing from the reference per batch size: default at 8 differs in all 4 completions
+  // (bitwise), 2 in tokens; the light and the solid bar carry both
+  CHECK(h.find("<title>default @ 8: 100% (solid: 50%)</title>") != std::string::npos);
+  // nothing diverged: no empty divergence panel, one line instead
+  AuditReport calm = r;
+  calm.completions.erase(std::remove_if(calm.completions.begin(), calm.completions.end(),
+                                        [](const Completion& c) { return c.prompt_id == "p1" && c.mode == "default"; }),
+                         calm.completions.end());
+  calm.throughput.clear();
+  analyze(calm);
+  std::string hc = to_html(calm);
+  CHECK(hc.find("id=\"chart-divergence\"") == std::string::npos);
+  CHECK(hc.find("no completion differs from its case&#39;s majority in tokens") != std::string::npos);
+  CHECK(hc.find("no data") == std::string::npos);
 }

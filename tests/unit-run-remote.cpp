@@ -91,6 +91,25 @@ TEST_CASE("run --endpoint: two endpoints side by side; default-mode serving is m
   CHECK(ratio);
   for (const auto& c : rep.cases)
     if (c.mode == "invariant") CHECK(c.unique == 1);
+  // The reports show what the endpoints answered with: TTFT (streamed) and system_fingerprint per endpoint,
+  // and label the endpoints' tokens/s as the probe stream only.
+  std::string fp;
+  for (const auto& c : rep.completions)
+    if (c.mode == "invariant" && c.error.empty()) {
+      CHECK(c.ttft_s > 0);
+      fp = c.system_fingerprint;
+    }
+  CHECK(!fp.empty());
+  for (const char* name : {"report.md", "report.html"}) {
+    CAPTURE(name);
+    std::string text = test::slurp(out / name);
+    CHECK(text.find("Endpoint responses") != std::string::npos);
+    CHECK(text.find("time to first token") != std::string::npos);
+    CHECK(text.find(" ms (") != std::string::npos);      // "12.3 ms, 10.1-15.2 ms (4 of 4 streamed)"
+    CHECK(text.find(fp + " x") != std::string::npos);    // the fingerprint with its count
+    CHECK(text.find("probe only") != std::string::npos);
+    CHECK(text.find("whole batch") == std::string::npos);  // no endpoint row claims the whole batch
+  }
   MESSAGE("default-mode server: " << rep.summary.modes[1].mode << " mean unique " << rep.summary.modes[1].mean_unique);
   inv.stop();
   def.stop();

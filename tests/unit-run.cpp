@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "repro/audit/analysis.hpp"
 #include "repro/report/report.hpp"
 #include "repro/common/util.hpp"
+#include "repro/model/model.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -62,6 +64,25 @@ TEST_CASE("run with no arguments: quick profile on the embedded model, all repor
   CHECK(doc["digests"]["profile_sha256"] == rep.environment["digests"]["profile_sha256"]);
   CHECK(doc["digests"]["model_sha256"] == rep.environment["model"]["sha256"]);
   CHECK(doc["plan"]["cache_probe"] == true);
+  // Markdown and HTML explain themselves: prompt text, environment, throughput with its measurements.
+  for (const char* f : {"report.md", "report.html"}) {
+    CAPTURE(f);
+    std::string text = read_file((dir / "repro-audit-report" / f).string());
+    CHECK(text.find("Once upon a time") != std::string::npos);
+    CHECK(text.find("Environment") != std::string::npos);
+    CHECK(text.find("stories260K") != std::string::npos);
+    CHECK(text.find(rep.environment["model"]["sha256"].get<std::string>()) != std::string::npos);
+    CHECK(text.find("OpenBLAS") != std::string::npos);
+    CHECK(text.find("token-weighted over batch sizes (batch 1: ") != std::string::npos);
+    CHECK(std::none_of(text.begin(), text.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 && ch != '\n'; }));
+  }
+  for (const auto& t : rep.throughput) {
+    CAPTURE(t.batch_size);
+    CHECK(t.runs >= 3);  // each batched run of the cell is one measurement (3 prompts at least)
+    CHECK(t.min_tokens_per_s <= t.mean_tokens_per_s);
+    CHECK(t.mean_tokens_per_s <= t.max_tokens_per_s);
+    CHECK(t.stddev_tokens_per_s >= 0);
+  }
   // `repro-audit` alone is `repro-audit run`
   auto r2 = sh("cd '" + dir.string() + "' && " + cli(dir, "--help"));
   CHECK(r2.output.find("run") != std::string::npos);
@@ -219,4 +240,39 @@ TEST_CASE("run: the printed generate command replays a batched completion bit fo
   CHECK(j["text"].get<std::string>() == batched->text);
   CHECK(j["logits_sha256"].get<std::string>() == batched->logits_sha256);
   CHECK(j["fillers"].get<std::vector<std::string>>() == batched->filler_ids);
+}
+
+TEST_CASE("run: reports show the first divergent tokens as the model's text, with ids") {
+  // The analysis of a divergent case with the tokenizer of the embedded model: record_token_text keeps
+  // the tokenizer's text for the ids at the first divergence, and the reports print it.
+  auto dir = test::scratch_dir("run-token-text");
+  auto r = sh(cli(dir, "run --quiet --modes batch-invariant --precisions f32 --batch-sizes 1 --max-tokens 4 --prompt 'Once upon a time' "
+                       "--format json --out '" + (dir / "out").string() + "'"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  AuditReport rep = load_report((dir / "out" / "report.json").string());
+  REQUIRE(rep.completions.size() == 1);
+  CHECK(rep.token_text.empty());  // nothing diverged: no token text recorded
+  auto model = load_model(rep.environment["model"]["path"].get<std::string>());
+  // a second completion that leaves the first at token 2 with the newline byte token and a word
+  Completion other = rep.completions[0];
+  const int newline = model->tokenizer->encode("\n", false).back();
+  other.tokens[2] = newline;
+  other.text = model->tokenizer->decode(other.tokens);
+  other.repeat = 1;
+  rep.completions.push_back(other);
+  rep.throughput.clear();
+  analyze(rep);
+  record_token_text(rep, [&](int id) { return model->tokenizer->piece(id); });
+  const Cluster& k = rep.cases[0].clusters[1];
+  REQUIRE(k.first_divergence_token == 2);
+  const std::string want_major = display_text(model->tokenizer->piece(rep.completions[0].tokens[2]));
+  CHECK(rep.token_text.at(std::to_string(newline)) == "\\n");
+  CHECK(!want_major.empty());
+  std::string label = "\"" + want_major + "\" (id " + std::to_string(rep.completions[0].tokens[2]) + ")";
+  CHECK(divergence_label(rep, rep.cases[0], k).find(label + ", logprob ") != std::string::npos);
+  CHECK(divergence_label(rep, rep.cases[0], k).find(" vs \"\\n\" (id " + std::to_string(newline) + ")") != std::string::npos);
+  std::string h = to_html(rep);
+  CHECK(h.find("(id " + std::to_string(newline) + ")") != std::string::npos);
+  CHECK(h.find("&quot;\\n&quot;") != std::string::npos);
 }

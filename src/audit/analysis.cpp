@@ -503,7 +503,8 @@ void analyze(AuditReport& r) {
   }
 
   // ---- throughput: rows given by the runner (measured wall time) are kept; otherwise computed per
-  // (mode, batch size) as sum of generated tokens / sum of completion latencies
+  // (mode, batch size) as sum of generated tokens / sum of completion latencies, each completion one
+  // measurement of the cell's statistics
   if (r.throughput.empty()) {
     std::map<std::tuple<std::string, std::string, int>, ThroughputRow> rows;
     for (const auto& c : all) {
@@ -512,8 +513,8 @@ void analyze(AuditReport& r) {
       row.mode = c.mode;
       row.precision = c.precision;
       row.batch_size = c.batch_size;
-      row.tokens += c.completion_tokens > 0 ? c.completion_tokens : static_cast<int64_t>(c.tokens.size());
-      row.seconds += c.latency_s;
+      add_throughput_run(row, c.completion_tokens > 0 ? c.completion_tokens : static_cast<int64_t>(c.tokens.size()),
+                         c.latency_s);  // one measurement per completion
     }
     for (const auto& m : mode_order)
       for (auto& [k, row] : rows)

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "repro/audit/analysis.hpp"
 #include "repro/audit/batch_context.hpp"
 #include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
@@ -120,18 +121,14 @@ void add_throughput(AuditReport& r, const std::string& mode, const std::string& 
                     double seconds) {
   for (auto& row : r.throughput)
     if (row.mode == mode && row.precision == precision && row.batch_size == batch) {
-      row.tokens += tokens;
-      row.seconds += seconds;
-      row.tokens_per_s = row.seconds > 0 ? row.tokens / row.seconds : 0;
+      add_throughput_run(row, tokens, seconds);
       return;
     }
   ThroughputRow row;
   row.mode = mode;
   row.precision = precision;
   row.batch_size = batch;
-  row.tokens = tokens;
-  row.seconds = seconds;
-  row.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  add_throughput_run(row, tokens, seconds);
   r.throughput.push_back(row);
 }
 

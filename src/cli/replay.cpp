@@ -114,6 +114,8 @@ int replay_and_report(ReplayJob& job) {
     report.baseline = baseline_result(d, job.baseline, golden_digest, golden_digest_ok);
     analyze(report);  // the drift is part of the verdict
   }
+  if (job.model)  // the text of the tokens at first divergences, for the reports
+    record_token_text(report, [&](int id) { return job.model->tokenizer->piece(id); });
   int override_code = job.after_analysis ? job.after_analysis(report) : -1;
   auto written = write_reports(report, out_dir, plan.formats);
   if (!checkpoint.empty()) fs::remove(checkpoint);

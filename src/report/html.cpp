@@ -1,6 +1,8 @@
 // Self-contained HTML report: one file, inline CSS and SVG, no scripts, no network.
-// Verdict up top; headline table per mode; charts (unique completions per batch size, first-divergence
-// positions, throughput per batch size); per case the clusters with the divergent text highlighted.
+// Verdict up top; headline table per mode; drift sizes; charts (unique completions per batch size,
+// first-divergence positions, share differing from the reference per factor value, throughput per batch
+// size; one colour per mode everywhere, omitted when empty); throughput with its statistics; environment;
+// per case the clusters with the first divergent tokens as text and the divergent text highlighted.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -24,7 +26,13 @@ std::string esc(const std::string& s) {
       case '>': o += "&gt;"; break;
       case '"': o += "&quot;"; break;
       case '\'': o += "&#39;"; break;
-      default: o += c;
+      case '\n': case '\t': o += c; break;
+      case '\r': break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+          o += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));  // shown, never sent raw
+        else
+          o += c;
     }
   }
   return o;
@@ -32,15 +40,68 @@ std::string esc(const std::string& s) {
 
 const char* kPalette[] = {"#c0392b", "#1e8449", "#2471a3", "#d68910", "#7d3c98", "#566573", "#17a589", "#a04000"};
 
-// Grouped bar chart: categories on x, one bar per series. NaN values are not drawn.
+// Every mode / endpoint label of the report, in one order: its index picks its colour in every chart.
+std::vector<std::string> modes_of(const AuditReport& r) {
+  std::vector<std::string> m;
+  auto add = [&](const std::string& label) {
+    if (std::find(m.begin(), m.end(), label) == m.end()) m.push_back(label);
+  };
+  for (const auto& s : r.summary.modes) add(mode_label(s.mode, s.precision));
+  for (const auto& c : r.cases) add(mode_label(c.mode, c.precision));
+  for (const auto& t : r.throughput) add(mode_label(t.mode, t.precision));
+  return m;
+}
+
+const char* colour_of(const AuditReport& r, const std::string& label) {
+  auto m = modes_of(r);
+  size_t i = static_cast<size_t>(std::find(m.begin(), m.end(), label) - m.begin());
+  return kPalette[i % std::size(kPalette)];
+}
+
+// Grouped bar chart: categories on x, one bar per series. NaN values are not drawn. A series may carry
+// `inner` values drawn solid inside a light bar of `values` (e.g. token-level inside bitwise shares).
 struct Series {
   std::string name;
   std::vector<double> values;  // one per category
+  const char* colour = "#566573";
+  std::vector<double> inner;   // optional, one per category
 };
 
-std::string bar_chart(const std::string& title, const std::string& xlabel, const std::string& ylabel,
-                      const std::vector<std::string>& cats, const std::vector<Series>& series, const char* value_fmt) {
-  const double W = 620, H = 280, L = 60, R = 16, T = 44, B = 48;
+// Labels of the ticks 0, top/4, ..., top with as many significant digits as it takes for no two to read
+// the same (a 1e-6 axis never shows "0, 0, 0").
+std::vector<std::string> tick_labels(const std::vector<double>& ticks, bool percent) {
+  std::vector<std::string> out;
+  for (int digits = 1; digits <= 12; ++digits) {
+    out.clear();
+    for (double v : ticks) {
+      double x = percent ? v * 100 : v;
+      out.push_back(x == 0 ? std::string("0") + (percent ? "%" : "")
+                           : fmt::format("{:.{}g}{}", x, digits, percent ? "%" : ""));
+    }
+    bool distinct = true;
+    for (size_t i = 1; i < out.size(); ++i) distinct = distinct && out[i] != out[i - 1];
+    if (distinct) break;
+  }
+  return out;
+}
+
+std::string value_text(double v, bool percent) {
+  return percent ? fmt::format("{:.3g}%", v * 100) : fmt::format("{:.4g}", v);
+}
+
+// Whether a chart has anything to draw: some category and some finite value above zero.
+bool has_data(const std::vector<std::string>& cats, const std::vector<Series>& series) {
+  if (cats.empty()) return false;
+  for (const auto& s : series)
+    for (double v : s.values)
+      if (std::isfinite(v) && v > 0) return true;
+  return false;
+}
+
+std::string bar_chart(const std::string& id, const std::string& title, const std::string& xlabel,
+                      const std::string& ylabel, const std::vector<std::string>& cats, const std::vector<Series>& series,
+                      bool percent = false, const std::string& note = "") {
+  const double W = 620, H = 280, L = 64, R = 16, T = 44, B = 48;
   double maxv = 0;
   for (const auto& s : series)
     for (double v : s.values)
@@ -49,16 +110,19 @@ std::string bar_chart(const std::string& title, const std::string& xlabel, const
   // a "nice" axis maximum: 1, 2 or 5 times a power of ten
   double p = std::pow(10.0, std::floor(std::log10(maxv)));
   double top = maxv <= p ? p : maxv <= 2 * p ? 2 * p : maxv <= 5 * p ? 5 * p : 10 * p;
+  if (percent) top = std::min(top, 1.0);
   std::string o = fmt::format(
-      "<figure class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" "
+      "<figure class=\"chart\" id=\"{4}\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" "
       "height=\"{1}\" role=\"img\" aria-label=\"{2}\">\n<text x=\"{3}\" y=\"18\" class=\"ct\">{2}</text>\n",
-      W, H, esc(title), L);
+      W, H, esc(title), L, esc(id));
   double pw = W - L - R, ph = H - T - B;
+  std::vector<double> ticks;
+  for (int i = 0; i <= 4; ++i) ticks.push_back(top * i / 4);
+  auto labels = tick_labels(ticks, percent);
   for (int i = 0; i <= 4; ++i) {
-    double v = top * i / 4, y = T + ph - ph * i / 4;
+    double y = T + ph - ph * i / 4;
     o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>", L, y, W - R, y);
-    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"yl\">{}</text>\n", L - 6, y + 4,
-                     fmt::format(fmt::runtime(value_fmt), v));
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"yl\">{}</text>\n", L - 6, y + 4, esc(labels[i]));
   }
   o += fmt::format("<text x=\"14\" y=\"{:.1f}\" class=\"al\" transform=\"rotate(-90 14 {:.1f})\">{}</text>\n",
                    T + ph / 2, T + ph / 2, esc(ylabel));
@@ -70,11 +134,20 @@ std::string bar_chart(const std::string& title, const std::string& xlabel, const
     for (size_t s = 0; s < series.size(); ++s) {
       double v = c < series[s].values.size() ? series[s].values[c] : NAN;
       if (!std::isfinite(v)) continue;
-      double h = ph * v / top, x = gx + bw * static_cast<double>(s);
+      double h = ph * std::min(v, top) / top, x = gx + bw * static_cast<double>(s);
+      bool two = !series[s].inner.empty();
+      double in = two && c < series[s].inner.size() ? series[s].inner[c] : NAN;
+      std::string tip = fmt::format("{} @ {}: {}", series[s].name, cats[c], value_text(v, percent));
+      if (two && std::isfinite(in)) tip += fmt::format(" (solid: {})", value_text(in, percent));
       o += fmt::format(
-          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} @ {}: {}</title></rect>",
-          x, T + ph - h, std::max(bw - 1, 1.0), std::max(h, 0.5), kPalette[s % std::size(kPalette)],
-          esc(series[s].name), esc(cats[c]), fmt::format(fmt::runtime(value_fmt), v));
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>{}</title></rect>", x,
+          T + ph - h, std::max(bw - 1, 1.0), std::max(h, 0.5), series[s].colour, two ? " fill-opacity=\"0.35\"" : "",
+          esc(tip));
+      if (two && std::isfinite(in) && in > 0) {
+        double hi = ph * std::min(in, top) / top;
+        o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}</title></rect>",
+                         x, T + ph - hi, std::max(bw - 1, 1.0), std::max(hi, 0.5), series[s].colour, esc(tip));
+      }
     }
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"xl\">{}</text>\n", L + gw * (static_cast<double>(c) + 0.5),
                      T + ph + 16, esc(cats[c]));
@@ -84,21 +157,17 @@ std::string bar_chart(const std::string& title, const std::string& xlabel, const
   for (size_t s = 0; s < series.size(); ++s) {
     o += fmt::format("<rect x=\"{:.1f}\" y=\"26\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1f}\" y=\"35\" "
                      "class=\"lg\">{}</text>",
-                     lx, kPalette[s % std::size(kPalette)], lx + 14, esc(series[s].name));
+                     lx, series[s].colour, lx + 14, esc(series[s].name));
     lx += 24 + 7.0 * static_cast<double>(series[s].name.size());
   }
-  if (cats.empty()) o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"al\">no data</text>", L + pw / 2, T + ph / 2);
-  o += "\n</svg></figure>\n";
+  o += "\n</svg>";
+  if (!note.empty()) o += "<figcaption>" + esc(note) + "</figcaption>";
+  o += "</figure>\n";
   return o;
 }
 
-std::vector<std::string> modes_of(const AuditReport& r) {
-  std::vector<std::string> m;
-  for (const auto& s : r.summary.modes) m.push_back(mode_label(s.mode, s.precision));
-  for (const auto& c : r.cases)
-    if (std::find(m.begin(), m.end(), mode_label(c.mode, c.precision)) == m.end()) m.push_back(mode_label(c.mode, c.precision));
-  return m;
-}
+// A chart with nothing to draw is not drawn: one line says so instead of an empty panel.
+std::string omitted(const std::string& what) { return "<p class=\"meta nochart\">" + esc(what) + "</p>\n"; }
 
 std::string chart_unique(const AuditReport& r) {
   auto pts = unique_by_batch(r);
@@ -110,13 +179,15 @@ std::string chart_unique(const AuditReport& r) {
   for (int b : bs) cats.push_back(std::to_string(b));
   std::vector<Series> ser;
   for (const auto& m : modes_of(r)) {
-    Series s{m, std::vector<double>(bs.size(), NAN)};
+    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}};
+    bool any = false;
     for (const auto& p : pts)
-      if (p.mode == m) s.values[std::find(bs.begin(), bs.end(), p.batch_size) - bs.begin()] = p.mean_unique;
-    ser.push_back(s);
+      if (p.mode == m) s.values[std::find(bs.begin(), bs.end(), p.batch_size) - bs.begin()] = p.mean_unique, any = true;
+    if (any) ser.push_back(s);
   }
-  return bar_chart("Unique completions per batch size (mean over cases)", "batch size (concurrency for endpoints)",
-                   "unique completions", cats, ser, "{:.1f}");
+  if (!has_data(cats, ser)) return omitted("Unique completions per batch size: no completions to chart.");
+  return bar_chart("chart-unique", "Unique completions per batch size (mean over cases)",
+                   "batch size (concurrency for endpoints)", "unique completions", cats, ser);
 }
 
 std::string chart_divergence(const AuditReport& r) {
@@ -124,33 +195,82 @@ std::string chart_divergence(const AuditReport& r) {
   for (const auto& c : r.cases)
     for (const auto& k : c.clusters)
       if (!k.majority) maxpos = std::max(maxpos, k.first_divergence_token >= 0 ? k.first_divergence_token : k.first_divergence_char);
+  if (maxpos < 0)
+    return omitted("Where completions first diverge: no completion differs from its case's majority in tokens, so "
+                   "there is no first divergence to chart.");
   std::vector<std::string> cats;
-  int width = 1, nb = 0;
-  if (maxpos >= 0) {
-    width = maxpos < 16 ? 1 : (maxpos + 16) / 16;
-    nb = maxpos / width + 1;
-    for (int b = 0; b < nb; ++b)
-      cats.push_back(width == 1 ? std::to_string(b) : fmt::format("{}-{}", b * width, b * width + width - 1));
-  }
+  int width = maxpos < 16 ? 1 : (maxpos + 16) / 16;
+  int nb = maxpos / width + 1;
+  for (int b = 0; b < nb; ++b)
+    cats.push_back(width == 1 ? std::to_string(b) : fmt::format("{}-{}", b * width, b * width + width - 1));
   std::vector<Series> ser;
   bool any_text = false;
   for (const auto& m : modes_of(r)) {
-    Series s{m, std::vector<double>(nb, 0.0)};
+    Series s{m, std::vector<double>(nb, 0.0), colour_of(r, m), {}};
+    bool any = false;
     for (const auto& c : r.cases) {
       if (mode_label(c.mode, c.precision) != m) continue;
       for (const auto& k : c.clusters) {
         if (k.majority) continue;
         int pos = k.first_divergence_token;
         if (pos < 0) pos = k.first_divergence_char, any_text = true;
-        if (pos >= 0) s.values[pos / width] += k.count;
+        if (pos >= 0) s.values[pos / width] += k.count, any = true;
       }
     }
-    ser.push_back(s);
+    if (any) ser.push_back(s);
   }
-  return bar_chart("Where completions first diverge from the majority",
+  return bar_chart("chart-divergence", "Where completions first diverge from the majority",
                    any_text ? "first divergence (token index; char offset where ids are unknown)"
                             : "first divergence (token index)",
-                   "divergent completions", cats, ser, "{:.0f}");
+                   "divergent completions", cats, ser);
+}
+
+// Per factor (batch size, position, ...): the share of completions differing from the case's reference
+// context, per mode; light bars bitwise, solid bars in tokens.
+std::string chart_drift_factors(const AuditReport& r) {
+  std::vector<std::string> factors;
+  for (const auto& m : r.summary.modes)
+    for (const auto& f : m.drift_size.factors)
+      if (std::find(factors.begin(), factors.end(), f.factor) == factors.end()) factors.push_back(f.factor);
+  std::string o;
+  for (const auto& factor : factors) {
+    std::vector<std::string> cats;
+    for (const auto& m : r.summary.modes)
+      for (const auto& f : m.drift_size.factors)
+        if (f.factor == factor)
+          for (const auto& v : f.values)
+            if (std::find(cats.begin(), cats.end(), v) == cats.end()) cats.push_back(v);
+    bool numeric = std::all_of(cats.begin(), cats.end(), [](const std::string& v) {
+      return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+    });
+    if (numeric)
+      std::sort(cats.begin(), cats.end(), [](const std::string& a, const std::string& b) { return std::stol(a) < std::stol(b); });
+    std::vector<Series> ser;
+    for (const auto& m : r.summary.modes)
+      for (const auto& f : m.drift_size.factors) {
+        if (f.factor != factor) continue;
+        std::string label = mode_label(m.mode, m.precision);
+        Series s{label, std::vector<double>(cats.size(), NAN), colour_of(r, label), std::vector<double>(cats.size(), NAN)};
+        for (size_t i = 0; i < f.values.size(); ++i) {
+          if (f.n[i] <= 0) continue;
+          size_t c = static_cast<size_t>(std::find(cats.begin(), cats.end(), f.values[i]) - cats.begin());
+          s.values[c] = static_cast<double>(f.bit_differ[i]) / f.n[i];
+          s.inner[c] = static_cast<double>(f.token_differ[i]) / f.n[i];
+        }
+        ser.push_back(std::move(s));
+      }
+    for (auto& c : cats)
+      if (c.empty()) c = "(none)";
+    std::string title = "Completions differing from the reference, by " + factor;
+    if (!has_data(cats, ser)) {
+      o += omitted(title + ": none differ, in any mode (bitwise or in tokens).");
+      continue;
+    }
+    o += bar_chart("chart-drift-" + factor, title, factor, "share of completions", cats, ser, true,
+                   "Light bar: share differing bitwise (tokens, logits or logprob bits); solid bar inside: share "
+                   "differing in tokens.");
+  }
+  return o;
 }
 
 std::string chart_throughput(const AuditReport& r) {
@@ -166,14 +286,15 @@ std::string chart_throughput(const AuditReport& r) {
       modes.push_back(mode_label(t.mode, t.precision));
   std::vector<Series> ser;
   for (const auto& m : modes) {
-    Series s{m, std::vector<double>(bs.size(), NAN)};
+    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}};
     for (const auto& t : r.throughput)
       if (mode_label(t.mode, t.precision) == m)
         s.values[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.tokens_per_s;
     ser.push_back(s);
   }
-  return bar_chart("Throughput per batch size", "batch size (concurrency for endpoints)", "generated tokens/s", cats,
-                   ser, "{:.0f}");
+  if (!has_data(cats, ser)) return omitted("Throughput per batch size: nothing was measured.");
+  return bar_chart("chart-throughput", "Throughput per batch size", "batch size (concurrency for endpoints)",
+                   "generated tokens/s", cats, ser);
 }
 
 // The cluster's text with everything from the first divergence on highlighted.
@@ -185,7 +306,6 @@ std::string highlighted(const Cluster& k) {
   return esc(k.text.substr(0, at)) + "<mark>" + (rest.empty() ? "&#8718; (ends here)" : esc(rest)) + "</mark>";
 }
 
-std::string lp(const std::optional<float>& v) { return v ? fmt::format("{:.4f}", *v) : "&ndash;"; }
 
 const char* kCss = R"(body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#1c2833;background:#fff}
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d5d8dc;padding-bottom:4px}
@@ -201,7 +321,7 @@ th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .al{font-size:12px;text-anchor:middle;fill:#566573}.lg{font-size:12px;fill:#1c2833}.grid{stroke:#eaeded}.axis{stroke:#566573}
 details{border:1px solid #d5d8dc;border-radius:6px;margin:6px 0;padding:4px 10px}summary{cursor:pointer;font-weight:600}
 .txt{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;max-height:12em;overflow:auto}
-mark{background:#f9d0c4;color:#78281f}code{font-size:12px}
+mark{background:#f9d0c4;color:#78281f}code{font-size:12px}figcaption{font-size:12px;color:#566573;max-width:600px}
 )";
 
 
@@ -228,6 +348,17 @@ std::string html_drift_sections(const AuditReport& r) {
     o += "<h3>Attribution to factors</h3>\n";
     for (const auto& [title, t] : factors) o += "<p><b>" + esc(title) + "</b></p>\n" + html_table(t);
   }
+  return o;
+}
+
+std::string html_environment(const AuditReport& r) {
+  std::string o = "<h2>Environment</h2>\n<table id=\"environment\">\n";
+  auto rows = environment_rows(r);
+  for (const auto& [what, value] : rows) o += "<tr><th>" + esc(what) + "</th><td>" + esc(value) + "</td></tr>\n";
+  if (rows.empty()) o += "<tr><td>not recorded</td></tr>\n";
+  o += "</table>\n";
+  TextTable ep = endpoint_table(r);
+  if (!ep.rows.empty()) o += "<h3>Endpoint responses</h3>\n" + html_table(ep, "endpoints");
   return o;
 }
 
@@ -319,19 +450,21 @@ std::string to_html(const AuditReport& r) {
   o += "<h2>Charts</h2>\n<div class=\"charts\">\n";
   o += chart_unique(r);
   o += chart_divergence(r);
+  o += chart_drift_factors(r);
   o += chart_throughput(r);
   o += "</div>\n";
 
   if (!r.throughput.empty()) {
-    o += "<h2>Throughput</h2>\n<table><tr><th>mode</th><th>batch size</th><th>tokens</th><th>seconds</th>"
-         "<th>tokens/s</th><th>vs default</th></tr>\n";
-    for (const auto& t : r.throughput)
-      o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td>"
-                       "<td class=\"n\">{:.1f}</td><td class=\"n\">{}</td></tr>\n",
-                       esc(mode_label(t.mode, t.precision)), t.batch_size, t.tokens, t.seconds, t.tokens_per_s,
-                       t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "&ndash;");
-    o += "</table>\n";
+    o += "<h2>Throughput</h2>\n<ul id=\"cost\">\n";
+    for (const auto& line : throughput_cost_lines(r)) o += "<li>" + esc(line) + "</li>\n";
+    o += "</ul>\n" + html_table(throughput_table(r), "throughput");
+    o += fmt::format("<p class=\"meta\">tokens/s = tokens / seconds over the cell; &ldquo;per run&rdquo; = the statistics "
+                     "of its measurements (local: each batched run; endpoints: each concurrency level&rsquo;s probe "
+                     "stream); * noisy: standard deviation above {:.0f}% of the mean.</p>\n",
+                     kNoisyCv * 100);
   }
+
+  o += html_environment(r);
 
   if (!r.cross_mode.empty()) {
     o += "<h2>Outputs across modes</h2>\n<table><tr><th>prompt</th><th>decoding</th><th>outputs per mode</th>"
@@ -343,7 +476,8 @@ std::string to_html(const AuditReport& r) {
         for (size_t c = 0; c < x.hashes.size(); ++c)
           if (x.table.counts[v][c] > 0) per += fmt::format(" <code>{}</code>&times;{}", short_hash(x.hashes[c]), x.table.counts[v][c]);
       }
-      o += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", esc(x.prompt_id),
+      o += fmt::format("<tr><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", esc(x.prompt_id),
+                       esc(prompt_snippet(r, x.prompt_id)),
                        esc(x.decoding_id), per,
                        x.hashes.size() > 1 ? (x.table.explains ? "yes (each mode consistent)" : "yes") : "no");
     }
@@ -357,31 +491,29 @@ std::string to_html(const AuditReport& r) {
     o += fmt::format("<details{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
                      "{} unique of {}</summary>\n",
                      c.divergent || c.n == 0 ? " open" : "", c.divergent || c.n == 0 ? "bad" : "good", esc(state),
-                     esc(c.prompt_id), esc(c.decoding_id), esc(mode_label(c.mode, c.precision)), c.unique, c.n);
-    if (!c.prompt_text.empty()) o += "<p>Prompt:</p><div class=\"txt\">" + esc(c.prompt_text) + "</div>\n";
+                     esc(prompt_snippet(r, c.prompt_id)), esc(c.decoding_id), esc(mode_label(c.mode, c.precision)),
+                     c.unique, c.n);
+    if (!c.prompt_text.empty())
+      o += "<p>Prompt <code>" + esc(c.prompt_id) + "</code>:</p><div class=\"txt\">" + esc(c.prompt_text) + "</div>\n";
     o += fmt::format("<p>TARr@N {}", c.tarr ? "yes" : "no");
-    if (c.tara) o += fmt::format(" &middot; TARa@N {} ({} distinct answers, {} missing)", *c.tara ? "yes" : "no",
-                                 c.answer_unique, c.answer_missing);
+    if (c.tara) o += " &middot; <span class=\"" + std::string(*c.tara ? "good" : "bad") + "\">" + esc(answer_status(c)) + "</span>";
     o += fmt::format(" &middot; bit-level variants {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
     if (c.errors) o += fmt::format(" &middot; <span class=\"bad\">{} errors</span>", c.errors);
     o += "</p>\n";
-    if (c.drift_size.reference >= 0) o += "<p>Drift: " + esc(drift_summary(c.drift_size)) + "</p>\n";
+    if (c.drift_size.reference >= 0) o += "<p>Drift: " + esc(drift_summary(c.drift_size, &r)) + "</p>\n";
     if (!c.clusters.empty()) {
-      o += "<table><tr><th>#</th><th>count</th><th>hash</th><th>first divergence<br>token / char</th>"
-           "<th>majority token (logprob)</th><th>cluster token (logprob)</th><th>family</th><th>distance</th>"
-           "<th>bit variants</th><th>text</th></tr>\n";
+      o += "<table class=\"clusters\"><tr><th>#</th><th>count</th><th>hash</th><th>first divergence: majority vs this "
+           "cluster</th><th>family</th><th>distance</th><th>bit variants</th><th>text</th></tr>\n";
       for (size_t i = 0; i < c.clusters.size(); ++i) {
         const Cluster& k = c.clusters[i];
         std::string text = "<div class=\"txt\">" + highlighted(k) + "</div>";
-        if (k.answer) text += "answer: <code>" + esc(*k.answer) + "</code>";
+        if (k.answer) text += "answer: <code>" + esc(display_text(*k.answer)) + "</code>";
+        else if (c.tara) text += "<span class=\"bad\">answer missing</span>";
         o += fmt::format(
-            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code title=\"{}\">{}</code></td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
-            i + 1, k.count, esc(k.hash), short_hash(k.hash),
-            k.majority ? "majority" : fmt::format("{} / {}", k.first_divergence_token, k.first_divergence_char),
-            k.majority ? "" : fmt::format("{} ({})", k.majority_token, lp(k.majority_logprob)),
-            k.majority ? "" : fmt::format("{} ({})", k.cluster_token, lp(k.cluster_logprob)), k.family,
-            k.distance_to_majority, k.bit_variants, text);
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code title=\"{}\">{}</code></td><td class=\"div\">{}</td>"
+            "<td class=\"n\">{}</td><td class=\"n\">{:.3f}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+            i + 1, k.count, esc(k.hash), short_hash(k.hash), k.majority ? "majority" : esc(divergence_label(r, c, k)),
+            k.family, k.distance_to_majority, k.bit_variants, text);
       }
       o += "</table>\n";
     }
@@ -398,7 +530,7 @@ std::string to_html(const AuditReport& r) {
       for (size_t i = 0; i < c.clusters.size(); ++i) o += fmt::format("<th>c{}</th>", i + 1);
       o += "</tr>\n";
       for (size_t v = 0; v < f.values.size(); ++v) {
-        o += "<tr><td>" + esc(f.values[v]) + "</td>";
+        o += "<tr><td>" + (f.values[v].empty() ? std::string("(none)") : esc(f.values[v])) + "</td>";
         for (int n : f.counts[v]) o += fmt::format("<td class=\"n\">{}</td>", n);
         o += "</tr>\n";
       }

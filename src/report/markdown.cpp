@@ -35,7 +35,11 @@ std::string cell(const std::string& s, size_t max_bytes = 0) {
       case '\n': out += "⏎"; break;
       case '\r': break;
       case '\t': out += ' '; break;
-      default: out += c;
+      default:
+        if ((static_cast<unsigned char>(c) < 0x20 || c == 0x7F))
+          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));  // control characters shown, never sent
+        else
+          out += c;
     }
   }
   if (cut) out += "…";
@@ -67,7 +71,16 @@ std::string md_drift_sections(const AuditReport& r) {
   return o;
 }
 
-std::string logprob(const std::optional<float>& v) { return v ? fmt::format("{:.4f}", *v) : "-"; }
+std::string md_environment(const AuditReport& r) {
+  std::string o = "## Environment\n\n| what | value |\n|---|---|\n";
+  auto rows = environment_rows(r);
+  for (const auto& [what, value] : rows) o += "| " + cell(what) + " | " + cell(value) + " |\n";
+  if (rows.empty()) o += "| (not recorded) | |\n";
+  o += "\n";
+  TextTable ep = endpoint_table(r);
+  if (!ep.rows.empty()) o += "### Endpoint responses\n\n" + md_table(ep);
+  return o;
+}
 
 }  // namespace
 
@@ -130,12 +143,14 @@ std::string to_markdown(const AuditReport& r) {
 
   if (!r.throughput.empty()) {
     o += "## Throughput\n\n";
-    o += "| mode | batch size | tokens | seconds | tokens/s | vs default |\n|---|---:|---:|---:|---:|---:|\n";
-    for (const auto& t : r.throughput)
-      o += fmt::format("| {} | {} | {} | {:.3f} | {:.1f} | {} |\n", cell(mode_label(t.mode, t.precision)), t.batch_size, t.tokens, t.seconds,
-                       t.tokens_per_s, t.ratio_vs_default ? fmt_ratio(*t.ratio_vs_default) : "-");
-    o += "\n";
+    for (const auto& line : throughput_cost_lines(r)) o += "- " + cell(line) + "\n";
+    o += "\n" + md_table(throughput_table(r));
+    o += "tokens/s = tokens / seconds over the cell; \"per run\" = the statistics of its measurements (local: each "
+         "batched run; endpoints: each concurrency level's probe stream); \\* noisy: standard deviation above " +
+         fmt::format("{:.0f}", kNoisyCv * 100) + "% of the mean.\n\n";
   }
+
+  o += md_environment(r);
 
   if (!r.cross_mode.empty()) {
     o += "## Outputs across modes\n\n";
@@ -148,7 +163,7 @@ std::string to_markdown(const AuditReport& r) {
         for (size_t c = 0; c < x.hashes.size(); ++c)
           if (x.table.counts[v][c] > 0) per += fmt::format(" {} x{}", short_hash(x.hashes[c]), x.table.counts[v][c]);
       }
-      o += fmt::format("| {} | {} | {} | {} |\n", cell(x.prompt_id), cell(x.decoding_id), per,
+      o += fmt::format("| {} | {} | {} | {} |\n", cell(prompt_snippet(r, x.prompt_id)), cell(x.decoding_id), per,
                        x.hashes.size() > 1 ? (x.table.explains ? "yes (each mode consistent)" : "yes") : "no");
     }
     o += "\n";
@@ -156,39 +171,38 @@ std::string to_markdown(const AuditReport& r) {
 
   o += "## Cases\n";
   for (const auto& c : r.cases) {
-    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(c.prompt_id), cell(c.decoding_id), cell(mode_label(c.mode, c.precision)),
+    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(prompt_snippet(r, c.prompt_id)), cell(c.decoding_id),
+                     cell(mode_label(c.mode, c.precision)),
                      c.n == 0 ? "NO COMPLETIONS" : c.divergent ? "DIVERGENT" : "reproducible");
-    if (!c.prompt_text.empty()) o += "Prompt: " + cell(c.prompt_text, 200) + "\n\n";
+    if (!c.prompt_text.empty())
+      o += "Prompt (" + cell(c.prompt_id) + "): " + cell(display_text(c.prompt_text), 200) + "\n\n";
     o += fmt::format("N = {}, unique = {}, TARr@N = {}", c.n, c.unique, c.tarr ? "yes" : "no");
-    if (c.tara) o += fmt::format(", TARa@N = {} ({} distinct answers, {} missing)", *c.tara ? "yes" : "no",
-                                 c.answer_unique, c.answer_missing);
+    if (c.tara) o += ", " + cell(answer_status(c));
     o += fmt::format(", bit-level variants = {}{}", c.bit_unique, c.bit_divergent ? " (bit-divergent)" : "");
     if (c.errors) o += fmt::format(", errors = {}", c.errors);
     o += "\n\n";
-    if (c.drift_size.reference >= 0) o += "Drift: " + cell(drift_summary(c.drift_size)) + "\n\n";
+    if (c.drift_size.reference >= 0) o += "Drift: " + cell(drift_summary(c.drift_size, &r)) + "\n\n";
     if (c.clusters.empty()) continue;
-    o += "| # | count | hash | first divergence (token / char) | majority token (logprob) | cluster token (logprob) "
-         "| family | distance | bit variants | text (divergent part in ⟦ ⟧) |\n";
-    o += "|---:|---:|---|---|---|---|---:|---:|---:|---|\n";
+    o += "| # | count | hash | first divergence: majority vs this cluster | family | distance | bit variants "
+         "| text (divergent part in ⟦ ⟧) |\n";
+    o += "|---:|---:|---|---|---:|---:|---:|---|\n";
     for (size_t i = 0; i < c.clusters.size(); ++i) {
       const Cluster& k = c.clusters[i];
       std::string text;
       if (k.majority || k.first_divergence_char < 0) {
-        text = cell(k.text, 160);
+        text = cell(display_text(k.text), 160);
       } else {
         size_t at = std::min(static_cast<size_t>(k.first_divergence_char), k.text.size());
         size_t from = at > 60 ? at - 60 : 0;
         while (from > 0 && (static_cast<unsigned char>(k.text[from]) & 0xC0) == 0x80) --from;
-        text = (from > 0 ? "…" : "") + cell(k.text.substr(from, at - from)) + "⟦" + cell(k.text.substr(at), 100) + "⟧";
+        text = (from > 0 ? "…" : "") + cell(display_text(k.text.substr(from, at - from))) + "⟦" +
+               cell(display_text(k.text.substr(at)), 100) + "⟧";
       }
-      if (k.answer) text += " → answer: " + cell(*k.answer, 60);
-      o += fmt::format("| {} | {} | `{}` | {} | {} | {} | {} | {:.3f} | {} | {} |\n", i + 1, k.count,
-                       short_hash(k.hash),
-                       k.majority ? "majority"
-                                  : fmt::format("{} / {}", k.first_divergence_token, k.first_divergence_char),
-                       k.majority ? "" : fmt::format("{} ({})", k.majority_token, logprob(k.majority_logprob)),
-                       k.majority ? "" : fmt::format("{} ({})", k.cluster_token, logprob(k.cluster_logprob)), k.family,
-                       k.distance_to_majority, k.bit_variants, text);
+      if (k.answer) text += " → answer: " + cell(display_text(*k.answer), 60);
+      else if (c.tara) text += " → answer missing";
+      o += fmt::format("| {} | {} | `{}` | {} | {} | {:.3f} | {} | {} |\n", i + 1, k.count, short_hash(k.hash),
+                       k.majority ? "majority" : cell(divergence_label(r, c, k)), k.family, k.distance_to_majority,
+                       k.bit_variants, text);
     }
     bool any_cmd = false;
     for (const auto& k : c.clusters) any_cmd = any_cmd || !k.repro_command.empty();
@@ -209,7 +223,7 @@ std::string to_markdown(const AuditReport& r) {
       for (size_t i = 0; i < c.clusters.size(); ++i) o += "---:|";
       o += "\n";
       for (size_t v = 0; v < f.values.size(); ++v) {
-        o += "| " + cell(f.values[v]) + " |";
+        o += "| " + (f.values[v].empty() ? std::string("(none)") : cell(f.values[v])) + " |";
         for (int n : f.counts[v]) o += fmt::format(" {} |", n);
         o += "\n";
       }

@@ -212,6 +212,11 @@ void describe(V& v, T& x) {
   v("seconds", x.seconds);
   v("tokens_per_s", x.tokens_per_s);
   v("ratio", x.ratio_vs_default);
+  v("runs", x.runs);
+  v("mean_tokens_per_s", x.mean_tokens_per_s);
+  v("stddev_tokens_per_s", x.stddev_tokens_per_s);
+  v("min_tokens_per_s", x.min_tokens_per_s);
+  v("max_tokens_per_s", x.max_tokens_per_s);
 }
 
 template <class V, Is<ModeSummary> T>
@@ -282,6 +287,7 @@ void describe(V& v, T& x) {
   v("completions", x.completions);
   v("environment", x.environment, kEmptyObjectIfNull);  // free-form, written by the runner
   v("prompts", x.prompts);
+  v("token_text", x.token_text);
   v.only_if(x.baseline.has_value(), "baseline", x.baseline);  // run --baseline only
 }
 

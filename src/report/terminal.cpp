@@ -19,14 +19,17 @@ std::string fmt_dlogprob(const std::optional<double>& v) {
   return *v == 0 ? "0" : fmt::format("{:.2g}", *v);
 }
 
-std::string drift_summary(const DriftSize& d) {
+std::string drift_summary(const DriftSize& d, const AuditReport* r) {
   if (d.reference < 0) return "no completions";
   if (d.compared == 0) return fmt::format("{}; only the reference ran", d.status);
   std::string s = fmt::format("{} vs reference ({}): {} of {} differ bitwise, {} in tokens", d.status,
                               d.reference_context, d.bit_differ, d.compared, d.token_differ);
   if (d.max_dlogprob) s += fmt::format("; |dlogprob| max {} mean {}", fmt_dlogprob(d.max_dlogprob), fmt_dlogprob(d.mean_dlogprob));
   if (d.first_divergence >= 0)
-    s += fmt::format("; first divergence at token {} ({} -> {})", d.first_divergence, d.reference_token, d.divergent_token);
+    s += r ? fmt::format("; first divergence at token {}: {} in the reference, {} in the other", d.first_divergence,
+                         token_label(*r, d.reference_token), token_label(*r, d.divergent_token))
+           : fmt::format("; first divergence at token {} ({} -> {})", d.first_divergence, d.reference_token,
+                         d.divergent_token);
   if (d.topk_kl) s += fmt::format(", top-5 KL {}", fmt_dlogprob(d.topk_kl));
   if (d.fragile) s += fmt::format("; {} fragile steps", *d.fragile);
   return s;
@@ -35,7 +38,12 @@ std::string drift_summary(const DriftSize& d) {
 std::string case_summary(const CaseResult& c) {
   if (c.n == 0) return fmt::format("no completions ({} errors)", c.errors);
   std::string s = fmt::format("{} unique of {}", c.unique, c.n);
-  if (c.tara) s += fmt::format(", answers {} unique{}", c.answer_unique, *c.tara ? " (TARa)" : "");
+  if (c.tara) {
+    if (c.answer_missing > 0)
+      s += fmt::format(", answer missing in {}/{}", c.answer_missing, c.n);
+    else
+      s += fmt::format(", answers {} unique{}", c.answer_unique, *c.tara ? " (TARa)" : "");
+  }
   s += ":";
   for (size_t i = 0; i < c.clusters.size(); ++i) {
     const Cluster& k = c.clusters[i];
@@ -90,10 +98,23 @@ std::string verdict_cause(const AuditReport& r) {
     if (!any_gated) why = "no mode of this run is gated; name one in --gate-modes";
   } else if (s.verdict == "divergent") {
     for (const auto& m : s.modes)
-      if (m.gated && m.verdict == "divergent")
+      if (m.gated && m.verdict == "divergent") {
         why += fmt::format("{}'{}': {} of {} cases divergent, TARr@N {} (gate: at most {}, TARr@N >= {})",
                            why.empty() ? "" : "; ", mode_label(m.mode, m.precision), m.divergent_cases, m.cases, fmt_percent(m.tarr_rate),
                            r.thresholds.max_divergent, fmt_percent(r.thresholds.min_tarr));
+        // cases divergent only because the answer extractor found no answer in some completions
+        int only_missing = 0, missing = 0, n = 0;
+        for (const auto& c : r.cases)
+          if (c.mode == m.mode && c.precision == m.precision && c.divergent && c.unique <= 1 && c.answer_missing > 0) {
+            ++only_missing;
+            missing += c.answer_missing;
+            n += c.n;
+          }
+        if (only_missing > 0)
+          why += fmt::format(", {} of them only because the answer is missing (answer missing in {}/{} of their "
+                             "completions: check {})",
+                             only_missing, missing, n, r.answer_json_path.empty() ? "--answer-regex" : "--answer-json-path");
+      }
   } else if (s.verdict == "drift" && r.baseline) {
     why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
                       r.baseline->changes.size(), r.baseline->changes.size() == 1 ? "" : "s");

@@ -6,6 +6,7 @@
 // summary.interrupted), then calls analyze(); the report writers read the result.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,19 @@ void analyze(AuditReport& report);
 // tokens, batch size, position and filler seed, with --json (token ids, logprobs, final-logits
 // hash). Empty for completions of endpoints and when the report lacks the model or plan record.
 std::string repro_command(const AuditReport& r, const Completion& c);
+
+// Adds one measurement (`tokens` generated in `seconds`) to a throughput cell: the totals, tokens_per_s
+// (total tokens / total seconds) and the per-measurement statistics (runs, mean, sample standard
+// deviation, min, max of tokens/s). Measurements without time or tokens only add to the totals.
+void add_throughput_run(ThroughputRow& row, int64_t tokens, double seconds);
+
+// Text of a token or completion snippet as reports show it: valid UTF-8 is kept; control characters
+// become \n, \t, \r or \xNN, a backslash becomes \\, bytes that are not valid UTF-8 become \xNN.
+std::string display_text(const std::string& bytes);
+
+// Fills report.token_text for every token id at a first divergence (clusters and drift sizes), with
+// `piece(id)` (the tokenizer's bytes for one token) shown by display_text(). Call after analyze().
+void record_token_text(AuditReport& report, const std::function<std::string(int)>& piece);
 
 
 // Family linkage threshold: two clusters belong to the same family when their normalised token edit

@@ -162,9 +162,16 @@ struct ThroughputRow {
   int batch_size = 1;             // or concurrency for remote
   int64_t tokens = 0;
   double seconds = 0;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;         // tokens / seconds over all the cell's measurements
   std::optional<double> ratio_vs_default;  // tokens_per_s / the baseline mode's at the same batch size
+  // The cell's measurements one by one (local: each batched run; remote: each concurrency level's
+  // probe stream): how many, and the mean, sample standard deviation and range of their tokens/s.
+  int runs = 0;                   // 0: not recorded (a report written before these fields existed)
+  double mean_tokens_per_s = 0, stddev_tokens_per_s = 0, min_tokens_per_s = 0, max_tokens_per_s = 0;
 };
+
+// A cell is noisy when its measurements' coefficient of variation (stddev / mean) is above this.
+inline constexpr double kNoisyCv = 0.10;
 
 // Drift of one mode (or endpoint) over its cases.
 struct ModeDriftSize {
@@ -249,6 +256,9 @@ struct AuditReport {
   std::vector<Completion> completions;
   nlohmann::json environment;     // tool version, commit, OS, CPU, threads, BLAS, model path/sha256, digests
   std::map<std::string, std::string> prompts;  // prompt_id -> text
+  // Token id (decimal) -> the token's text as reports show it (display_text()), for the token ids at
+  // first divergences; filled from the model's tokenizer by record_token_text() (local runs only).
+  std::map<std::string, std::string> token_text;
   std::vector<CrossModeTable> cross_mode;      // filled by analyze() when >1 mode ran
   double fragile_margin = 1e-3;   // a step is fragile when its relative top-2 logit margin is below this
   std::optional<BaselineResult> baseline;      // set by `run --baseline`; drift makes the verdict "drift"

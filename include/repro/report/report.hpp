@@ -79,6 +79,35 @@ std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditRe
 // Terms used by the reports, with their definitions.
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
 
+// ---- explanatory text shared by the Markdown and HTML writers (src/report/explain.cpp); plain text,
+// each writer escapes it. Token and completion text goes through display_text() (control characters
+// and bytes that are not UTF-8 escaped).
+// "\" cat\" (id 423)" from report.token_text; "id 423" when its text was not recorded; "end of text" for -1.
+std::string token_label(const AuditReport& r, int id);
+// The first `max_chars` characters of the prompt, quoted ("\"Once upon a time\""), "…" when cut; the id
+// itself when the report has no text for it.
+std::string prompt_snippet(const AuditReport& r, const std::string& prompt_id, size_t max_chars = 60);
+// Where cluster k first leaves the majority, as text: "token 3: \" cat\" (id 423) vs \" dog\" (id 77)",
+// with logprobs when known; by characters when token ids are unknown (endpoints): "char 17: \"cat
+// sat…\" vs \"dog ran…\"". Empty for the majority itself.
+std::string divergence_label(const AuditReport& r, const CaseResult& c, const Cluster& k);
+// TARa of a case in words: "TARa@N = no: answer missing in 5/5 (the extractor matched none)",
+// "TARa@N = yes (1 answer)", "TARa@N = no (2 distinct answers; answer missing in 1/5)". Empty without
+// an extractor.
+std::string answer_status(const CaseResult& c);
+// The environment record as (what, value) rows: tool, model, digests, engine, BLAS, CPU, GPU, OS,
+// endpoints, risks. Only what the report recorded.
+std::vector<std::pair<std::string, std::string>> environment_rows(const AuditReport& r);
+// Per endpoint (remote modes): requests, time to first token (mean, min-max; streaming only) and the
+// system_fingerprint and model values the responses carried. No rows when nothing of it was recorded.
+TextTable endpoint_table(const AuditReport& r);
+// Throughput per mode and batch size with the statistics of the cell's measurements; noisy cells
+// (coefficient of variation above kNoisyCv) marked "*". Endpoint rows say "probe only".
+TextTable throughput_table(const AuditReport& r);
+// Per non-baseline mode: "batch-invariant (f32): 0.97x default, token-weighted over batch sizes (batch
+// 1: 3.97x, 4: 0.94x, 16: 0.97x)".
+std::vector<std::string> throughput_cost_lines(const AuditReport& r);
+
 // ---- helpers shared by the writers (src/report/terminal.cpp)
 std::string fmt_percent(double share);        // 0.5 -> "50.0%"
 std::string fmt_ratio(double ratio);          // 0.625 -> "0.62x"
@@ -86,6 +115,7 @@ std::string short_hash(const std::string& h); // first 12 hex digits
 std::string case_summary(const CaseResult& c);  // "3 unique of 10: c1 x7 (majority); c2 x2 ..."
 std::string fmt_dlogprob(const std::optional<double>& v);  // "4.1e-06", "0", "-" when unknown
 // "token-divergent vs reference (batch 1, position 0, repeat 0): 3 of 11 differ bitwise, 2 in tokens; ..."
-std::string drift_summary(const DriftSize& d);
+// With the report, the first divergent tokens are shown as text with ids (token_label).
+std::string drift_summary(const DriftSize& d, const AuditReport* r = nullptr);
 
 }  // namespace repro
