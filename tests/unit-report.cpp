@@ -710,6 +710,12 @@ TEST_CASE("charts: distinct tick labels, one colour per mode everywhere, drift s
   for (auto& t : tiny.throughput) t.tokens_per_s *= 1e-8;
   auto tt = chart_ticks(to_html(tiny))["chart-throughput"];
   CHECK(tt == std::vector<std::string>{"0", "5e-07", "1e-06", "1.5e-06", "2e-06"});
+  // a 0..1 axis writes 0.25 and 0.75 exactly; shares read as whole percentages
+  CHECK(ticks["chart-unique"] == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1"});
+  CHECK(ticks["chart-drift-batch_size"] == std::vector<std::string>{"0%", "25%", "50%", "75%", "100%"});
+  AuditReport one = r;
+  for (auto& t : one.throughput) t.tokens_per_s = 0.9;
+  CHECK(chart_ticks(to_html(one))["chart-throughput"] == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1"});
   // one colour per mode in every chart, distinct between modes
   auto colours = bar_colours(h);
   REQUIRE(colours.count("default") == 1);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "repro/audit/analysis.hpp"
@@ -67,20 +68,31 @@ struct Series {
   std::vector<double> inner;   // optional, one per category
 };
 
-// Labels of the ticks 0, top/4, ..., top with as many significant digits as it takes for no two to read
-// the same (a 1e-6 axis never shows "0, 0, 0").
+// Labels of the ticks 0, top/4, ..., top: the fewest digits that write each tick exactly (so no two
+// read the same: a 1e-6 axis never shows "0, 0, 0", a 0..1 axis shows 0.25, not 0.2); fixed notation
+// from 0.001 to 1e6, scientific outside.
 std::vector<std::string> tick_labels(const std::vector<double>& ticks, bool percent) {
+  double top = 0;
+  for (double v : ticks) top = std::max(top, std::fabs(percent ? v * 100 : v));
+  const bool fixed = top == 0 || (top >= 1e-3 && top < 1e6);
+  auto trim = [](std::string t) {
+    if (t.find('.') != std::string::npos && t.find('e') == std::string::npos) {
+      while (!t.empty() && t.back() == '0') t.pop_back();
+      if (!t.empty() && t.back() == '.') t.pop_back();
+    }
+    return t;
+  };
   std::vector<std::string> out;
-  for (int digits = 1; digits <= 12; ++digits) {
+  for (int digits = fixed ? 0 : 1; digits <= 15; ++digits) {
     out.clear();
+    bool exact = true;
     for (double v : ticks) {
       double x = percent ? v * 100 : v;
-      out.push_back(x == 0 ? std::string("0") + (percent ? "%" : "")
-                           : fmt::format("{:.{}g}{}", x, digits, percent ? "%" : ""));
+      std::string t = x == 0 ? "0" : fixed ? trim(fmt::format("{:.{}f}", x, digits)) : fmt::format("{:.{}g}", x, digits);
+      exact = exact && std::fabs(std::strtod(t.c_str(), nullptr) - x) <= 1e-9 * std::max(top, 1e-300);
+      out.push_back(t + (percent ? "%" : ""));
     }
-    bool distinct = true;
-    for (size_t i = 1; i < out.size(); ++i) distinct = distinct && out[i] != out[i - 1];
-    if (distinct) break;
+    if (exact) break;
   }
   return out;
 }
