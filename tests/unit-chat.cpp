@@ -81,11 +81,19 @@ TEST_CASE("chat templates are recognised by their markers; others are 'unknown' 
   CHECK(t.date == "01 Jan 2025");
   CHECK(recognise_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}", "x").name == "mistral");
 
-  t = recognise_chat_template("[INST] <<SYS>>\\n{{ system }}<</SYS>> [/INST]", "x");
+  CHECK(recognise_chat_template("[INST] <<SYS>>\\n{{ system }}<</SYS>> [/INST]", "x").name == "llama2");
+  CHECK(recognise_chat_template("{{- ' [INST] ' + message['content'] + ' [/INST]' }}", "x").name == "mistral-v1");
+  CHECK(recognise_chat_template("[AVAILABLE_TOOLS]{{- \"[INST] \" + m + \"[/INST]\" }}", "x").name == "mistral-v3");
+  CHECK(recognise_chat_template("[AVAILABLE_TOOLS]{{- \"[INST]\" + m + \"[/INST]\" }}", "x").name ==
+        "mistral-v3-tekken");
+  CHECK(recognise_chat_template("{{ '[SYSTEM_PROMPT] ' + c + '[/SYSTEM_PROMPT]' }}{{ '[INST] ' + c + '[/INST]' }}", "x")
+            .name == "mistral-v7");
+  t = recognise_chat_template("{{ '[SYSTEM_PROMPT]' + c + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + c + '[/INST]' }}", "x");
   CHECK(t.name == "unknown");
-  CHECK(t.problem.find("Llama 2") != std::string::npos);
+  CHECK(t.problem.find("v7-tekken") != std::string::npos);
   t = recognise_chat_template("[AVAILABLE_TOOLS][INST][/INST]", "x");
   CHECK(t.name == "unknown");
+  CHECK(t.problem.find("spacing") != std::string::npos);
   t = recognise_chat_template("{{ '<start_of_turn>user' }}", "GGUF tokenizer.chat_template");
   CHECK(t.name == "unknown");
   CHECK_THROWS_WITH_AS(render_chat(msgs({{"user", "hi"}}), t, "prompt 'p1'"),
@@ -118,6 +126,32 @@ TEST_CASE("each template renders exactly the text its Jinja renders (generation 
   CHECK_THROWS_WITH_AS(render("mistral", conv), doctest::Contains("supports only user and assistant messages"),
                        UsageError);
   CHECK_THROWS_WITH_AS(render("mistral", msgs({{"assistant", "a"}})), doctest::Contains("alternating"), UsageError);
+  // The system-merging [INST] generations and Llama 2 (the strings equal llama.cpp's Jinja rendering
+  // of the templates synth writes; tests/data/README.md).
+  const json two = msgs({{"user", "Hi"}, {"assistant", "  I am here  "}, {"user", "Go"}});
+  const json ends_assistant = msgs({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}});
+  CHECK(render("mistral-v1", conv) == " [INST] Be brief.\n\n Hi there \n [/INST] Hello.</s> [INST] Why? [/INST]");
+  CHECK(render("mistral-v1", two) == " [INST] Hi [/INST]   I am here  </s> [INST] Go [/INST]");
+  CHECK(render("mistral-v3", conv) == "[INST]  Hi there \n[/INST] Hello.</s>[INST] Be brief.\n\nWhy?[/INST]");
+  CHECK(render("mistral-v3", two) == "[INST] Hi[/INST] I am here</s>[INST] Go[/INST]");
+  CHECK(render("mistral-v3", ends_assistant) == "[INST] Hi[/INST] Yo</s>");  // the system message is dropped
+  CHECK(render("mistral-v3-tekken", conv) == "[INST] Hi there \n[/INST]Hello.</s>[INST]Be brief.\n\nWhy?[/INST]");
+  CHECK(render("mistral-v3-tekken", two) == "[INST]Hi[/INST]  I am here  </s>[INST]Go[/INST]");
+  CHECK(render("mistral-v7", conv) ==
+        "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi there \n[/INST] Hello.</s>[INST] Why?[/INST]");
+  CHECK(render("mistral-v7", two) == "[INST] Hi[/INST]   I am here  </s>[INST] Go[/INST]");
+  CHECK(render("llama2", conv) ==
+        "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi there [/INST] Hello. </s><s>[INST] Why? [/INST]");
+  CHECK(render("llama2", two) == "[INST] Hi [/INST] I am here </s><s>[INST] Go [/INST]");
+  CHECK(render("llama2", msgs({{"user", "Hi"}})) == "[INST] Hi [/INST]");
+  for (const char* name : {"llama2", "mistral-v1", "mistral-v3", "mistral-v3-tekken"}) {
+    CAPTURE(name);
+    CHECK_THROWS_WITH_AS(render(name, msgs({{"user", "a"}, {"user", "b"}})), doctest::Contains("alternating"),
+                         UsageError);
+    CHECK_THROWS_WITH_AS(render(name, msgs({{"user", "a"}, {"tool", "b"}})),
+                         doctest::Contains("not 'tool' (message 1)"), UsageError);
+  }
+  CHECK_THROWS_WITH_AS(render("mistral-v7", msgs({{"tool", "b"}})), doctest::Contains("not 'tool'"), UsageError);
   // plain: the project's documented format; one user message is its bare content.
   CHECK(render("plain", msgs({{"user", "Hi"}})) == "Hi");
   CHECK(render("plain", msgs({{"system", "S"}, {"user", "Hi"}})) == "system: S\nuser: Hi\nassistant:");
@@ -133,10 +167,24 @@ TEST_CASE("renderings equal llama.cpp's Jinja rendering of the templates synth w
         "Why?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   // The synthesized files carry templates recognised as the names they were written for.
   auto dir = test::scratch_dir("chat-synth-names");
-  for (const char* name : {"chatml", "llama3", "llama3.1", "mistral"}) {
+  for (const char* name : {"chatml", "llama3", "llama3.1", "mistral", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+                           "mistral-v7", "llama2"}) {
     CAPTURE(name);
     CHECK(synth_chat(name, "llama", dir)->chat_template.name == name);
   }
+  // Llama 2 writes the model's BOS text before later user turns; the tokenizer matches it verbatim.
+  auto l2 = synth_chat("llama2", "llama", dir);
+  CHECK(l2->chat_template.bos_token == "<s>");
+  const auto ids = l2->tokenizer->encode_special(render_chat(msgs({{"user", "a"}, {"assistant", "b"}, {"user", "c"}}),
+                                                             l2->chat_template, "t"),
+                                                 true);
+  CHECK(std::count(ids.begin(), ids.end(), l2->tokenizer->bos()) == 2);
+  // Mistral v3's [INST] is one control token.
+  auto m3 = synth_chat("mistral-v3", "llama", dir);
+  const auto m3ids = m3->tokenizer->encode_special(render_chat(msgs({{"user", "a"}}), m3->chat_template, "t"), true);
+  const auto inst = m3->tokenizer->encode_special("[INST]", false);
+  REQUIRE(inst.size() == 1);
+  CHECK(std::count(m3ids.begin(), m3ids.end(), inst[0]) == 1);
 }
 
 TEST_CASE("--chat-template: a name, or a file recognised the same way; anything else is a usage error") {
@@ -153,7 +201,8 @@ TEST_CASE("--chat-template: a name, or a file recognised the same way; anything 
                        UsageError);
   CHECK_THROWS_WITH_AS(chat_template_from_option("zephyr"),
                        doctest::Contains("--chat-template 'zephyr' is neither a template name (plain, chatml, llama3, "
-                                         "llama3.1, mistral) nor a readable file"),
+                                         "llama3.1, llama2, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, "
+                                         "mistral-v7) nor a readable file"),
                        UsageError);
 }
 

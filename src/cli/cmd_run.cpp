@@ -306,9 +306,10 @@ int run_run(const RunOptions& o) {
     if (!o.resume.empty() && !o.given("--chat-template") && report.environment.contains("model")) {
       const std::string name = report.environment["model"].value("chat_template", "");
       if (!name.empty() && name != model->chat_template.name && name != "unknown") {
-        const std::string eos = model->chat_template.eos_token;
+        const std::string eos = model->chat_template.eos_token, bos = model->chat_template.bos_token;
         model->chat_template = chat_template_from_option(name);
         model->chat_template.eos_token = eos;
+        model->chat_template.bos_token = bos;
       }
     }
     validate_plan(plan, model->config.context_length);

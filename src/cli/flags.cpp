@@ -35,6 +35,7 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   auto m = load_model(path, tokenizer);
   if (!chat_template.empty()) {
     tmpl.eos_token = m->chat_template.eos_token;
+    tmpl.bos_token = m->chat_template.bos_token;
     m->chat_template = tmpl;
   }
   return m;

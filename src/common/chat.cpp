@@ -1,5 +1,6 @@
 #include "repro/common/chat.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "repro/common/error.hpp"
@@ -79,9 +80,77 @@ std::string llama31_date(const std::string& t) {
   return t.substr(at + key.size(), end - at - key.size());
 }
 
+// After an optional first system message, user and assistant strictly alternate from a user
+// message (the [INST] templates raise an exception otherwise). Returns the index of the first
+// non-system message and the system text.
+size_t check_alternation(const nlohmann::json& messages, const std::string& name, const std::string& what,
+                         std::string& system) {
+  size_t first = 0;
+  if (messages[0]["role"] == "system") {
+    system = content_text(messages[0]["content"], what);
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const std::string role = messages[i]["role"].get<std::string>();
+    if (role != "user" && role != "assistant")
+      throw UsageError(what + ": the " + name + " chat template supports user and assistant messages after an optional "
+                       "first system message, not '" + role + "' (message " + std::to_string(i) + ")");
+    if ((role == "user") != ((i - first) % 2 == 0))
+      throw UsageError(what + ": the " + name + " chat template needs messages alternating user/assistant/user/... "
+                       "after the optional system message; message " + std::to_string(i) + " is " + role);
+  }
+  return first;
+}
+
+// Llama 2 chat: the system message is wrapped in <<SYS>> into the first user turn; every user turn
+// is BOS + "[INST] " + content.strip() + " [/INST]", every assistant turn " " + content.strip() +
+// " " + EOS. The first BOS is the tokenizer's (left out of the text); later ones are written.
+std::string render_llama2(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what) {
+  std::string system, out;
+  const size_t first = check_alternation(messages, "llama2", what, system);
+  const bool has_system = first == 1;
+  for (size_t i = first; i < messages.size(); ++i) {
+    std::string content = content_text(messages[i]["content"], what);
+    if (i == first && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    if (messages[i]["role"] == "user")
+      out += (i == first ? "" : t.bos_token) + "[INST] " + trim(content) + " [/INST]";
+    else
+      out += " " + trim(content) + " " + t.eos_token;
+  }
+  return out;
+}
+
+// Mistral v1 (Mixtral, Mistral 7B v0.2 with a system prompt), v3 (7B v0.3, Large 2407) and
+// v3-tekken (Nemo): the system message goes into one user turn, v1 the first, v3 the last one
+// when it is the final message (a conversation that ends with an assistant turn drops it, as the
+// template does).
+//   v1         " [INST] " + [system + "\n\n"] + content + " [/INST]"   assistant " " + content + EOS
+//   v3         "[INST] " + [system + "\n\n"] + content + "[/INST]"     assistant " " + trim(content) + EOS
+//   v3-tekken  "[INST]" + [system + "\n\n"] + content + "[/INST]"      assistant content + EOS
+std::string render_mistral_system_merged(const nlohmann::json& messages, const ChatTemplate& t,
+                                         const std::string& what) {
+  std::string system, out;
+  const size_t first = check_alternation(messages, t.name, what, system);
+  const bool has_system = first == 1;
+  const bool v1 = t.name == "mistral-v1", tekken = t.name == "mistral-v3-tekken";
+  for (size_t i = first; i < messages.size(); ++i) {
+    const std::string content = content_text(messages[i]["content"], what);
+    if (messages[i]["role"] == "user") {
+      const bool with_system = has_system && (v1 ? i == first : i + 1 == messages.size());
+      const std::string body = (with_system ? system + "\n\n" : "") + content;
+      out += v1 ? " [INST] " + body + " [/INST]" : tekken ? "[INST]" + body + "[/INST]" : "[INST] " + body + "[/INST]";
+    } else {
+      out += v1 ? " " + content + t.eos_token : tekken ? content + t.eos_token : " " + trim(content) + t.eos_token;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string chat_template_names() { return "plain, chatml, llama3, llama3.1, mistral"; }
+std::string chat_template_names() {
+  return "plain, chatml, llama3, llama3.1, llama2, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7";
+}
 
 ChatTemplate recognise_chat_template(const std::string& t, const std::string& origin) {
   ChatTemplate c;
@@ -97,12 +166,29 @@ ChatTemplate recognise_chat_template(const std::string& t, const std::string& or
       c.name = "llama3";
     }
   } else if (has(t, "[INST]") && has(t, "[/INST]")) {
+    // The Mistral generations differ in the spaces around [INST] inside the string literals.
+    const bool spaced = has(t, "[INST] '") || has(t, "[INST] \"");
+    const bool tight = has(t, "[INST]'") || has(t, "[INST]\"");
     if (has(t, "<<SYS>>")) {
-      c.name = "unknown";
-      c.problem = "it is a Llama 2 [INST] <<SYS>> template, which is not supported";
-    } else if (has(t, "[SYSTEM_PROMPT]") || has(t, "[AVAILABLE_TOOLS]")) {
-      c.name = "unknown";
-      c.problem = "it is a Mistral v3/v7 template ([AVAILABLE_TOOLS] / [SYSTEM_PROMPT]), which is not supported";
+      c.name = "llama2";
+    } else if (has(t, "[SYSTEM_PROMPT]")) {
+      if (has(t, "[SYSTEM_PROMPT] '") || has(t, "[SYSTEM_PROMPT] \"")) {
+        c.name = "mistral-v7";
+      } else {
+        c.name = "unknown";
+        c.problem = "it is a Mistral v7-tekken template ([SYSTEM_PROMPT] without a space), which is not supported";
+      }
+    } else if (has(t, "[AVAILABLE_TOOLS]")) {
+      if (spaced) {
+        c.name = "mistral-v3";
+      } else if (tight) {
+        c.name = "mistral-v3-tekken";
+      } else {
+        c.name = "unknown";
+        c.problem = "it is a Mistral [AVAILABLE_TOOLS] template whose [INST] spacing was not found";
+      }
+    } else if (has(t, "' [INST] '") || has(t, "\" [INST] \"")) {
+      c.name = "mistral-v1";
     } else {
       c.name = "mistral";
     }
@@ -117,7 +203,9 @@ ChatTemplate recognise_chat_template(const std::string& t, const std::string& or
 ChatTemplate chat_template_from_option(const std::string& value) {
   ChatTemplate c;
   c.origin = "--chat-template " + value;
-  if (value == "plain" || value == "chatml" || value == "llama3" || value == "llama3.1" || value == "mistral") {
+  static const char* const kNames[] = {"plain",      "chatml",     "llama3",     "llama3.1",          "llama2",
+                                       "mistral",    "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7"};
+  if (std::find(std::begin(kNames), std::end(kNames), value) != std::end(kNames)) {
     c.name = value;
     return c;
   }
@@ -179,6 +267,20 @@ std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, c
                          "starting with user; message " + std::to_string(i) + " is " + role);
       const std::string text = content_text(messages[i]["content"], what);
       out += user_turn ? "[INST] " + text + " [/INST]" : text + t.eos_token;
+    }
+    return out;
+  }
+  if (t.name == "llama2") return render_llama2(messages, t, what);
+  if (t.name == "mistral-v1" || t.name == "mistral-v3" || t.name == "mistral-v3-tekken")
+    return render_mistral_system_merged(messages, t, what);
+  if (t.name == "mistral-v7") {
+    for (const auto& m : messages) {
+      const std::string role = m["role"].get<std::string>(), text = content_text(m["content"], what);
+      if (role == "user") out += "[INST] " + text + "[/INST]";
+      else if (role == "system") out += "[SYSTEM_PROMPT] " + text + "[/SYSTEM_PROMPT]";
+      else if (role == "assistant") out += " " + text + t.eos_token;
+      else throw UsageError(what + ": the mistral-v7 chat template supports only user, system and assistant messages, not '" +
+                            role + "'");
     }
     return out;
   }

@@ -396,6 +396,7 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
   const std::string tmpl = g.get_string("tokenizer.chat_template", "");
   if (!tmpl.empty()) m->chat_template = recognise_chat_template(tmpl, "GGUF tokenizer.chat_template");
   if (td.eos_id >= 0) m->chat_template.eos_token = td.tokens[static_cast<size_t>(td.eos_id)];
+  if (td.bos_id >= 0) m->chat_template.bos_token = td.tokens[static_cast<size_t>(td.bos_id)];
   m->format = "GGUF v" + std::to_string(f.version);
   return m;
 }

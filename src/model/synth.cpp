@@ -217,8 +217,65 @@ const std::vector<SynthChat>& synth_chats() {
        "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
        "are supported!') }}{% endif %}{% endfor %}",
        {}, nullptr},
+      {"mistral-v1",
+       "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set "
+       "loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- for "
+       "message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- "
+       "raise_exception('user and assistant messages must alternate after the system message') }}{%- endif %}{%- if "
+       "message['role'] == 'user' %}{%- if loop.first and system_message is defined %}{{- ' [INST] ' + system_message + "
+       "'\\n\\n' + message['content'] + ' [/INST]' }}{%- else %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}{%- "
+       "endif %}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}{%- else %}{{- "
+       "raise_exception('only user and assistant messages after the system message') }}{%- endif %}{%- endfor %}",
+       {}, nullptr},
+      {"mistral-v3",
+       "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set "
+       "loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{%- if not tools is "
+       "defined %}{%- set tools = none %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if "
+       "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('user and assistant messages must "
+       "alternate after the system message') }}{%- endif %}{%- if message['role'] == 'user' %}{%- if tools is not none "
+       "and loop.last %}{{- '[AVAILABLE_TOOLS] ' + tools | tojson + '[/AVAILABLE_TOOLS]' }}{%- endif %}{%- if "
+       "loop.last and system_message is defined %}{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + "
+       "'[/INST]' }}{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- elif message['role'] == "
+       "'assistant' %}{{- ' ' + message['content'] | trim + eos_token }}{%- else %}{{- raise_exception('only user and "
+       "assistant messages after the system message') }}{%- endif %}{%- endfor %}",
+       {"[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"}, nullptr},
+      {"mistral-v3-tekken",
+       "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set "
+       "loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{%- if not tools is "
+       "defined %}{%- set tools = none %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if "
+       "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('user and assistant messages must "
+       "alternate after the system message') }}{%- endif %}{%- if message['role'] == 'user' %}{%- if tools is not none "
+       "and loop.last %}{{- '[AVAILABLE_TOOLS]' + tools | tojson + '[/AVAILABLE_TOOLS]' }}{%- endif %}{%- if loop.last "
+       "and system_message is defined %}{{- '[INST]' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}{%- "
+       "else %}{{- '[INST]' + message['content'] + '[/INST]' }}{%- endif %}{%- elif message['role'] == 'assistant' %}{{- "
+       "message['content'] + eos_token }}{%- else %}{{- raise_exception('only user and assistant messages after the "
+       "system message') }}{%- endif %}{%- endfor %}",
+       {"[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"}, nullptr},
+      {"mistral-v7",
+       "{{- bos_token }}{%- for message in messages %}{%- if message['role'] == 'user' %}{{- '[INST] ' + "
+       "message['content'] + '[/INST]' }}{%- elif message['role'] == 'system' %}{{- '[SYSTEM_PROMPT] ' + "
+       "message['content'] + '[/SYSTEM_PROMPT]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] "
+       "+ eos_token }}{%- else %}{{- raise_exception('only user, system and assistant messages') }}{%- endif %}{%- endfor "
+       "%}",
+       {"[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"}, nullptr},
+      {"llama2",
+       "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set "
+       "loop_messages = messages[1:] %}{%- else %}{%- set system_message = false %}{%- set loop_messages = messages %}{%- "
+       "endif %}{%- for message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- "
+       "raise_exception('user and assistant messages must alternate') }}{%- endif %}{%- if loop.index0 == 0 and "
+       "system_message != false %}{%- set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + "
+       "message['content'] %}{%- else %}{%- set content = message['content'] %}{%- endif %}{%- if message['role'] == "
+       "'user' %}{{- bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{%- elif message['role'] == 'assistant' %}"
+       "{{- ' ' + content.strip() + ' ' + eos_token }}{%- endif %}{%- endfor %}",
+       {}, nullptr},
   };
   return k;
+}
+
+std::string synth_chat_names() {
+  std::string s;
+  for (const auto& c : synth_chats()) s += std::string(s.empty() ? "" : ", ") + c.name;
+  return s;
 }
 
 }  // namespace
@@ -237,7 +294,7 @@ std::string synth_model(const SynthOptions& o) {
   for (const auto& c : synth_chats())
     if (o.chat_template == c.name) chat = &c;
   check(o.chat_template.empty() || chat,
-        "--chat-template '" + o.chat_template + "' is not one synth writes; supported: chatml, llama3, llama3.1, mistral");
+        "--chat-template '" + o.chat_template + "' is not one synth writes; supported: " + synth_chat_names());
   check(!o.rope_freqs || o.arch == "llama", "--rope-freqs is a Llama 3 feature: use it with --arch llama");
   check(o.dim >= 2 && o.dim <= 16384, "--dim " + std::to_string(o.dim) + " is out of range (2..16384)");
   check(o.hidden_dim >= 1 && o.hidden_dim <= 65536, "--hidden " + std::to_string(o.hidden_dim) + " is out of range (1..65536)");

@@ -24,6 +24,22 @@
 //   mistral   Mistral Instruct v0.1 / v0.2 ([INST] without <<SYS>>, [SYSTEM_PROMPT] or
 //             [AVAILABLE_TOOLS]): "[INST] USER [/INST]" and "ASSISTANT</s>", strictly alternating
 //             from a user message; a system message is an error, as in that template.
+//   mistral-v1  Mixtral / Mistral 7B v0.2 with a system prompt (literal ' [INST] '): " [INST] USER
+//             [/INST]" and " ASSISTANT</s>"; the system message is written before the first user
+//             message's content, followed by "\n\n".
+//   mistral-v3  Mistral 7B v0.3, Large 2407 ([AVAILABLE_TOOLS], '[INST] '): "[INST] USER[/INST]" and
+//             " ASSISTANT</s>" (assistant content trimmed); the system message goes before the
+//             content of the final message when that is a user message (otherwise it is dropped,
+//             as the template drops it).
+//   mistral-v3-tekken  Mistral Nemo ([AVAILABLE_TOOLS], '[INST]'): as mistral-v3 without the spaces
+//             ("[INST]USER[/INST]ASSISTANT</s>", assistant content not trimmed).
+//   mistral-v7  Mistral Large 2411 ('[SYSTEM_PROMPT] '): "[SYSTEM_PROMPT] SYSTEM[/SYSTEM_PROMPT]",
+//             "[INST] USER[/INST]", " ASSISTANT</s>", in message order, no alternation rule.
+//   llama2    Llama 2 chat (<<SYS>>): "[INST] USER [/INST]" and " ASSISTANT </s>" (contents
+//             stripped), later user turns preceded by "<s>"; the system message is written as
+//             "<<SYS>>\nSYSTEM\n<</SYS>>\n\n" before the first user message's content.
+// A template with tools ([AVAILABLE_TOOLS]) is rendered for conversations without tools; a
+// message with another role (tool, tool_results) is an error.
 // The BOS token a template writes first ({{ bos_token }}) is left out of the text: the tokenizer
 // adds BOS when the model file says so (tokenizer.ggml.add_bos_token), as llama.cpp does. Special
 // tokens in the rendered text (<|im_start|>, <|eot_id|>, </s>, ...) are matched verbatim by
@@ -37,17 +53,18 @@
 namespace repro {
 
 struct ChatTemplate {
-  std::string name = "plain";  // plain, chatml, llama3, llama3.1, mistral, or unknown
+  std::string name = "plain";  // one of chat_template_names(), or unknown
   // Where it came from, for `model info` and errors: "no tokenizer.chat_template in the model
   // file", "GGUF tokenizer.chat_template", "--chat-template chatml", "--chat-template FILE".
   std::string origin = "no tokenizer.chat_template in the model file";
   std::string default_system;  // chatml: system message written when the messages have none
   std::string date = "26 Jul 2024";  // llama3.1: the template's date_string
-  std::string eos_token = "</s>";    // mistral: text of the EOS token that ends assistant turns
+  std::string eos_token = "</s>";    // mistral, llama2: text of the EOS token that ends assistant turns
+  std::string bos_token = "<s>";     // llama2: text of the BOS token written before later user turns
   std::string problem;               // unknown: why no format matched
 };
 
-// The names --chat-template accepts: "plain, chatml, llama3, llama3.1, mistral".
+// The names --chat-template accepts: "plain, chatml, llama3, llama3.1, llama2, mistral, ...".
 std::string chat_template_names();
 
 // Recognises a Jinja chat template by its markers (never throws; name "unknown" with `problem`
