@@ -202,3 +202,28 @@ TEST_CASE("canary against serve on loopback: GREEN on the same server, RED when 
     if (e.is_regular_file() && e.path().extension() != ".gguf")
       CHECK(read_file(e.path().string()).find(key) == std::string::npos);
 }
+
+TEST_CASE("canary renders messages with the baseline's chat template; --chat-template is a change under test") {
+  auto dir = test::scratch_dir("canary-chat");
+  REQUIRE(cli(dir, "model synth --out m.gguf --seed 3 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2 "
+                   "--chat-template chatml").code == 0);
+  std::ofstream(dir / "msgs.jsonl") << R"({"id": "c1", "messages": [{"role": "system", "content": "Be brief."}, )"
+                                       R"({"role": "user", "content": "Tell me about the sea."}]})"
+                                    << "\n";
+  // The baseline overrides the model's ChatML with Llama 3's format.
+  auto base = cli(dir, "run --model m.gguf --prompts msgs.jsonl --chat-template llama3 --max-tokens 6 --modes "
+                       "batch-invariant --precisions f32 --batch-sizes 1,2 --quiet --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+  CHECK(read_json(dir / "base" / "report.json")["environment"]["model"]["chat_template"] == "llama3");
+
+  auto green = cli(dir, "canary --baseline base --quiet --out green");
+  INFO(green.output);
+  CHECK(green.code == 0);
+  CHECK(green.output.find("canary GREEN") != std::string::npos);
+
+  auto red = cli(dir, "canary --baseline base --chat-template chatml --quiet --out red");
+  INFO(red.output);
+  CHECK(red.code == 2);
+  CHECK(red.output.find("canary RED") != std::string::npos);
+}

@@ -105,8 +105,9 @@ int run_canary(const CanaryOptions& o) {
   std::string model_path;
   EngineSetup setup;
   if (remote) {
-    if (o.given("--model") || o.given("--device") || o.given("--precision"))
-      throw UsageError("--model, --device and --precision set the local engine; the baseline audited endpoints");
+    if (o.given("--model") || o.given("--device") || o.given("--precision") || o.given("--chat-template"))
+      throw UsageError("--model, --device, --precision and --chat-template set the local engine; the baseline "
+                       "audited endpoints");
     endpoints = recorded_endpoints(o, env["endpoints"]);
     validate_plan(plan, -1);
   } else {
@@ -122,7 +123,9 @@ int run_canary(const CanaryOptions& o) {
     // The precisions come with the plan (a deliberate change under test: --precision X runs X only).
     if (o.given("--precision")) plan.precisions = {precision_name(o.engine.precision_value())};
     setup.precision = parse_precision(plan.precisions.front(), "--baseline: plan.precisions");
-    model = load_model(model_path, o.engine.tokenizer);
+    // The baseline's chat template unless --chat-template changes it (a deliberate change under test).
+    model = o.engine.load(model_path);
+    if (!o.given("--chat-template")) use_recorded_chat_template(*model, env);
     validate_plan(plan, model->config.context_length);
   }
 
@@ -172,6 +175,7 @@ void setup_canary(CLI::App& parent, Runner& runner) {
       ->capture_default_str();
   EngineFlagSpec spec;
   spec.mode = false;
+  spec.chat_template = true;
   spec.model_help = "Model file instead of the baseline's recorded path (local baselines)";
   add_engine_flags(*s, o->engine, spec);
   s->add_option("--endpoint", o->endpoints, "LABEL=URL: the URL of the baseline's endpoint LABEL (repeatable)");

@@ -303,15 +303,7 @@ int run_run(const RunOptions& o) {
                          "; resume with the same model (--model FILE) or start a new run");
     }
     // --resume renders messages with the template the run started with (a --chat-template name).
-    if (!o.resume.empty() && !o.given("--chat-template") && report.environment.contains("model")) {
-      const std::string name = report.environment["model"].value("chat_template", "");
-      if (!name.empty() && name != model->chat_template.name && name != "unknown") {
-        const std::string eos = model->chat_template.eos_token, bos = model->chat_template.bos_token;
-        model->chat_template = chat_template_from_option(name);
-        model->chat_template.eos_token = eos;
-        model->chat_template.bos_token = bos;
-      }
-    }
+    if (!o.resume.empty() && !o.given("--chat-template")) use_recorded_chat_template(*model, report.environment);
     validate_plan(plan, model->config.context_length);
   }
   // ---- the gate: which modes (endpoints) it applies to, checked before anything runs
