@@ -311,8 +311,10 @@ TEST_CASE("TARa with a JSON path") {
   CHECK_FALSE(*find_case(r, "q", "m").tara);
   CHECK(find_case(r, "q", "m").answer_missing == 1);
 
-  CHECK_THROWS_WITH_AS(AnswerExtractor("", "a.b"), doctest::Contains("--answer-json-path 'a.b': must start with '$'"),
+  CHECK_THROWS_WITH_AS(AnswerExtractor("", "$a"), doctest::Contains("--answer-json-path '$a': unexpected 'a' at offset 1"),
                        UsageError);
+  // without the leading "$." the path means the same
+  CHECK(AnswerExtractor("", "answer").extract(R"({"answer": "yes"})") == std::optional<std::string>("yes"));
   CHECK_THROWS_AS(AnswerExtractor("", "$.a[x]"), UsageError);
   CHECK_THROWS_AS(AnswerExtractor("", "$.a[0"), UsageError);
 }

@@ -157,6 +157,8 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"formats", {"json", "md=report.md"}},
       {"concurrency", {1, 16}},
       {"cache_probe", false},
+      {"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}}},
+      {"retry_invalid", 2},
   };
   return v;
 }
@@ -219,9 +221,27 @@ TEST_CASE("plan option table: every option survives profile -> report -> resume"
   for (const auto& opt : plan_options()) {
     if (!*opt.flag || opt.type == OptionType::Bool) continue;
     CAPTURE(opt.name);
-    CHECK(check_plan_value(opt, parse_flag_value(opt, flag_text(want.at(opt.name))), opt.flag_name()) ==
-          want.at(opt.name));
+    // a Json option's flag names a file holding the value
+    const std::string text = opt.type == OptionType::Json ? write(dir / "value.json", want.at(opt.name).dump())
+                                                          : flag_text(want.at(opt.name));
+    CHECK(check_plan_value(opt, parse_flag_value(opt, text), opt.flag_name()) == want.at(opt.name));
   }
+  // a report written before structured output: no schema, no retries
+  AuditReport before = back;
+  before.plan.erase("json_schema");
+  before.plan.erase("retry_invalid");
+  CHECK(plan_from_report(before).json_schema.is_null());
+  CHECK(plan_from_report(before).retry_invalid == 0);
+  // a response_format wrapper in a schema file is unwrapped; json_object stays json_object
+  const PlanOption* js = find_plan_option_by_key("json_schema");
+  REQUIRE(js != nullptr);
+  PlanOptions w;
+  js->set(w, parse_flag_value(*js, write(dir / "rf.json", R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"integer"}}})")));
+  CHECK(w.json_schema == nlohmann::json::parse(R"({"type":"integer"})"));
+  js->set(w, parse_flag_value(*js, write(dir / "jo.json", R"({"type":"json_object"})")));
+  CHECK(w.json_schema == nlohmann::json::parse(R"({"type":"json_object"})"));
+  w.prompts = builtin_prompts();
+  CHECK_NOTHROW(validate_plan(w, 512));
 
   // a plan block from before precisions were a plan axis: the engine's one precision
   AuditReport older = back;
@@ -251,7 +271,9 @@ TEST_CASE("plan option table: every option survives profile -> report -> resume"
 TEST_CASE("plan option table: NaN, negative and out-of-range values name the flag or key and the range") {
   auto dir = test::scratch_dir("plan-ranges");
   for (const auto& opt : plan_options()) {
-    if (opt.type == OptionType::Bool || opt.type == OptionType::Text || opt.type == OptionType::TextList) continue;
+    if (opt.type == OptionType::Bool || opt.type == OptionType::Text || opt.type == OptionType::TextList ||
+        opt.type == OptionType::Json)
+      continue;
     CAPTURE(opt.name);
     for (const char* text : {"nan", "-1", "inf", "1e300", "99999999999999999999999", "3x"}) {
       CAPTURE(text);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -16,6 +17,8 @@
 #include <unordered_map>
 
 #include "repro/audit/drift.hpp"
+#include "repro/audit/stats.hpp"
+#include "repro/engine/json_schema.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -94,38 +97,102 @@ AnswerExtractor::AnswerExtractor(const std::string& regex, const std::string& js
     re_ = re;
   }
   if (!json_path.empty()) {
-    auto bad = [&](const std::string& why) {
-      return UsageError("--answer-json-path '" + json_path + "': " + why +
-                        "; use a simple path like $.answer or $.choices[0].text");
-    };
-    if (json_path[0] != '$') throw bad("must start with '$'");
-    size_t i = 1;
-    while (i < json_path.size()) {
-      char c = json_path[i];
-      if (c == '.') {
-        size_t j = i + 1;
-        while (j < json_path.size() && json_path[j] != '.' && json_path[j] != '[') ++j;
-        if (j == i + 1) throw bad("empty key after '.' at offset " + std::to_string(i));
-        path_.push_back({false, json_path.substr(i + 1, j - i - 1), 0});
-        i = j;
-      } else if (c == '[') {
-        size_t j = json_path.find(']', i);
-        if (j == std::string::npos) throw bad("missing ']' after offset " + std::to_string(i));
-        std::string inner = json_path.substr(i + 1, j - i - 1);
-        if (inner.size() >= 2 && (inner.front() == '"' || inner.front() == '\'') && inner.back() == inner.front()) {
-          path_.push_back({false, inner.substr(1, inner.size() - 2), 0});
-        } else {
-          if (inner.empty() || inner.find_first_not_of("0123456789") != std::string::npos)
-            throw bad("index '" + inner + "' is not a non-negative integer");
-          path_.push_back({true, "", static_cast<size_t>(std::stoull(inner))});
-        }
-        i = j + 1;
-      } else {
-        throw bad(std::string("unexpected '") + c + "' at offset " + std::to_string(i));
-      }
+    for (const auto& text : split_json_paths(json_path)) {
+      path_texts_.push_back(text);
+      paths_.push_back(parse_json_path(text));
     }
-    path_set_ = true;
   }
+}
+
+std::vector<std::string> split_json_paths(const std::string& list) {
+  std::vector<std::string> out;
+  std::string cur;
+  char quote = 0;
+  int depth = 0;
+  for (char c : list) {
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '\'' || c == '"') {
+      if (depth > 0) quote = c;
+    } else if (c == '[') {
+      ++depth;
+    } else if (c == ']') {
+      depth = std::max(0, depth - 1);
+    } else if (c == ',' && depth == 0) {
+      out.push_back(trim(cur));
+      cur.clear();
+      continue;
+    }
+    cur += c;
+  }
+  out.push_back(trim(cur));
+  for (const auto& p : out)
+    if (p.empty())
+      throw UsageError("--answer-json-path '" + list + "': empty path in the list; give paths like $.a.b or a.b, "
+                       "comma-separated");
+  return out;
+}
+
+std::vector<AnswerExtractor::Step> AnswerExtractor::parse_json_path(const std::string& given) {
+  auto bad = [&](const std::string& why) {
+    return UsageError("--answer-json-path '" + given + "': " + why +
+                      "; use a simple path like $.answer, $.choices[0].text or answer.value");
+  };
+  // "a.b" is "$.a.b"; "[0]" is "$[0]"
+  const std::string path = given[0] == '$' ? given : given[0] == '[' ? "$" + given : "$." + given;
+  std::vector<Step> steps;
+  size_t i = 1;
+  while (i < path.size()) {
+    char c = path[i];
+    if (c == '.') {
+      size_t j = i + 1;
+      while (j < path.size() && path[j] != '.' && path[j] != '[') ++j;
+      if (j == i + 1) throw bad("empty key after '.' at offset " + std::to_string(i));
+      steps.push_back({false, path.substr(i + 1, j - i - 1), 0});
+      i = j;
+    } else if (c == '[') {
+      size_t j = path.find(']', i);
+      if (j == std::string::npos) throw bad("missing ']' after offset " + std::to_string(i));
+      std::string inner = path.substr(i + 1, j - i - 1);
+      if (inner.size() >= 2 && (inner.front() == '"' || inner.front() == '\'') && inner.back() == inner.front()) {
+        steps.push_back({false, inner.substr(1, inner.size() - 2), 0});
+      } else {
+        if (inner.empty() || inner.find_first_not_of("0123456789") != std::string::npos)
+          throw bad("index '" + inner + "' is not a non-negative integer");
+        steps.push_back({true, "", static_cast<size_t>(std::stoull(inner))});
+      }
+      i = j + 1;
+    } else {
+      throw bad(std::string("unexpected '") + c + "' at offset " + std::to_string(i));
+    }
+  }
+  return steps;
+}
+
+namespace {
+nlohmann::json normalized_numbers(const nlohmann::json& v) {
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9007199254740992.0) return static_cast<int64_t>(d);
+    return v;
+  }
+  if (v.is_array()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& e : v) a.push_back(normalized_numbers(e));
+    return a;
+  }
+  if (v.is_object()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) o[it.key()] = normalized_numbers(it.value());
+    return o;
+  }
+  return v;
+}
+}  // namespace
+
+std::string canonical_answer(const nlohmann::json& v) {
+  // nlohmann::json keeps object keys sorted; numbers with an integral value print as integers.
+  return normalized_numbers(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 AnswerExtractor::~AnswerExtractor() {
@@ -146,25 +213,49 @@ std::optional<std::string> AnswerExtractor::extract(const std::string& text) con
     pcre2_match_data_free(md);
     return out;
   }
-  if (path_set_) {
+  if (!paths_.empty()) {
     auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded()) return std::nullopt;
-    const nlohmann::json* cur = &j;
-    for (const auto& s : path_) {
-      if (s.index) {
-        if (!cur->is_array() || s.pos >= cur->size()) return std::nullopt;
-        cur = &(*cur)[s.pos];
-      } else {
-        if (!cur->is_object()) return std::nullopt;
-        auto it = cur->find(s.key);
-        if (it == cur->end()) return std::nullopt;
-        cur = &*it;
-      }
+    if (paths_.size() == 1) {
+      const nlohmann::json* v = lookup(j, paths_[0]);
+      if (!v) return std::nullopt;
+      return v->is_string() ? v->get<std::string>() : canonical_answer(*v);
     }
-    if (cur->is_string()) return cur->get<std::string>();
-    return cur->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    nlohmann::json all = nlohmann::json::array();  // several paths: the answer is all their values
+    for (const auto& p : paths_) {
+      const nlohmann::json* v = lookup(j, p);
+      if (!v) return std::nullopt;
+      all.push_back(*v);
+    }
+    return canonical_answer(all);
   }
   return std::nullopt;
+}
+
+const nlohmann::json* AnswerExtractor::lookup(const nlohmann::json& j, const std::vector<Step>& path) {
+  const nlohmann::json* cur = &j;
+  for (const auto& s : path) {
+    if (s.index) {
+      if (!cur->is_array() || s.pos >= cur->size()) return nullptr;
+      cur = &(*cur)[s.pos];
+    } else {
+      if (!cur->is_object()) return nullptr;
+      auto it = cur->find(s.key);
+      if (it == cur->end()) return nullptr;
+      cur = &*it;
+    }
+  }
+  return cur;
+}
+
+std::vector<std::optional<std::string>> AnswerExtractor::fields(const std::string& text) const {
+  std::vector<std::optional<std::string>> out(paths_.size());
+  if (paths_.empty()) return out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return out;
+  for (size_t i = 0; i < paths_.size(); ++i)
+    if (const nlohmann::json* v = lookup(j, paths_[i])) out[i] = canonical_answer(*v);
+  return out;
 }
 
 // ============================================================================ analysis
@@ -411,10 +502,127 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
   cr.clusters = std::move(cl);
 }
 
+// Structured output of one case: the schema-valid rate (final answers and first answers), the
+// agreement of the parsed JSON in canonical form, the same before retries, and the retries' cost.
+void analyze_structured(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members) {
+  StructuredCase sc;
+  int valid = 0, valid_first = 0;
+  std::set<std::string> json_final, json_first, raw_first;
+  int invalid_final = 0, invalid_first = 0;
+  for (int ci : members) {
+    const Completion& c = all[ci];
+    const bool ok = c.schema_valid.value_or(false);
+    valid += ok;
+    valid_first += ok && c.retries == 0;
+    sc.retries += c.retries;
+    sc.retry_tokens += c.retry_tokens;
+    const bool retried = c.retries > 0;
+    const std::string& first_text = retried ? c.first_text : c.text;
+    raw_first.insert(retried ? (c.tokens_known ? tokens_sha256(c.first_tokens) : sha256_hex(c.first_text))
+                             : output_hash(c));
+    auto canon = [](const std::string& text, std::set<std::string>& seen, int& invalid) {
+      auto j = nlohmann::json::parse(text, nullptr, false);
+      if (j.is_discarded())
+        ++invalid;
+      else
+        seen.insert(canonical_answer(j));
+    };
+    canon(c.text, json_final, invalid_final);
+    canon(first_text, json_first, invalid_first);
+  }
+  const int n = static_cast<int>(members.size());
+  sc.valid = wilson(valid, n);
+  sc.valid_first = wilson(valid_first, n);
+  sc.json_unique = static_cast<int>(json_final.size());
+  sc.json_invalid = invalid_final;
+  sc.tara_json = n > 0 && invalid_final == 0 && json_final.size() == 1;
+  sc.tarr_first = n > 0 && raw_first.size() == 1;
+  sc.tara_json_first = n > 0 && invalid_first == 0 && json_first.size() == 1;
+  cr.structured = sc;
+}
+
+// Per-field agreement of every --answer-json-path path over the case's completions.
+void analyze_fields(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
+                    const AnswerExtractor& extractor) {
+  const auto& paths = extractor.field_paths();
+  cr.fields.clear();
+  if (paths.empty()) return;
+  std::vector<std::map<std::string, int>> counts(paths.size());
+  std::vector<int> missing(paths.size(), 0);
+  for (int ci : members) {
+    auto vals = extractor.fields(all[ci].text);
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (vals[i])
+        counts[i][*vals[i]]++;
+      else
+        missing[i]++;
+    }
+  }
+  const int n = static_cast<int>(members.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    FieldAgreement f;
+    f.path = paths[i];
+    f.unique = static_cast<int>(counts[i].size());
+    f.missing = missing[i];
+    int top = 0;
+    for (const auto& [v, k] : counts[i]) top = std::max(top, k);
+    f.majority = wilson(top, n);
+    f.agree = n > 0 && f.missing == 0 && f.unique == 1;
+    cr.fields.push_back(std::move(f));
+  }
+}
+
+// Structured output over a mode's cases (after retries and before).
+void summarize_structured(ModeSummary& ms, const std::vector<CaseResult>& cases, const std::vector<Completion>& all) {
+  StructuredSummary st;
+  int valid = 0, valid_first = 0, n = 0, ncases = 0, tarr = 0, tarr_first = 0, tj = 0, tj_first = 0;
+  std::vector<int> field_agree;
+  for (const auto& cr : cases) {
+    if (cr.mode != ms.mode || cr.precision != ms.precision || !cr.structured || cr.n == 0) continue;
+    const StructuredCase& sc = *cr.structured;
+    valid += sc.valid.k;
+    valid_first += sc.valid_first.k;
+    n += sc.valid.n;
+    ++ncases;
+    tarr += cr.tarr;
+    tarr_first += sc.tarr_first;
+    tj += sc.tara_json;
+    tj_first += sc.tara_json_first;
+    st.retries += sc.retries;
+    st.retry_tokens += sc.retry_tokens;
+    if (st.fields.empty())
+      for (const auto& f : cr.fields) st.fields.push_back(FieldRate{f.path, {}});
+    field_agree.resize(st.fields.size(), 0);
+    for (size_t i = 0; i < cr.fields.size() && i < field_agree.size(); ++i) field_agree[i] += cr.fields[i].agree;
+  }
+  for (const auto& c : all)
+    if (c.error.empty() && c.mode == ms.mode && c.precision == ms.precision && c.schema_valid) {
+      st.requests++;
+      st.tokens += c.completion_tokens > 0 ? c.completion_tokens : static_cast<int64_t>(c.tokens.size());
+    }
+  st.valid = wilson(valid, n);
+  st.valid_first = wilson(valid_first, n);
+  st.tarr = wilson(tarr, ncases);
+  st.tarr_first = wilson(tarr_first, ncases);
+  st.tara_json = wilson(tj, ncases);
+  st.tara_json_first = wilson(tj_first, ncases);
+  for (size_t i = 0; i < st.fields.size(); ++i) st.fields[i].agree = wilson(field_agree[i], ncases);
+  ms.structured = st;
+}
+
 }  // namespace
 
 void analyze(AuditReport& r) {
   AnswerExtractor extractor(r.answer_regex, r.answer_json_path);
+  // Structured output: whether each answer conforms to the plan's schema, checked here from its text
+  // (the same check the runner's --retry-invalid used), so a report read back is analysed the same.
+  std::unique_ptr<JsonSchema> schema;
+  if (r.plan.is_object() && r.plan.contains("json_schema") && r.plan["json_schema"].is_object())
+    schema = std::make_unique<JsonSchema>(schema_of(r.plan["json_schema"]), "the report's plan json_schema");
+  for (auto& c : r.completions) {
+    c.schema_valid.reset();
+    if (schema && c.error.empty()) c.schema_valid = schema->validate(c.text);
+  }
   const auto& all = r.completions;
 
   // ---- group by (prompt, decoding, mode, precision), in order of first appearance
@@ -453,6 +661,9 @@ void analyze(AuditReport& r) {
   for (size_t k = 0; k < r.cases.size(); ++k) {
     analyze_case(r.cases[k], all, members[k], hashes, extractor);
     analyze_drift(r.cases[k], all, members[k], r.fragile_margin);  // size of the drift: drift.cpp
+    r.cases[k].structured.reset();
+    if (schema) analyze_structured(r.cases[k], all, members[k]);
+    analyze_fields(r.cases[k], all, members[k], extractor);
     // Where a case diverged: the command that replays each cluster's first member alone.
     if (r.cases[k].clusters.size() > 1 || (r.cases[k].tara && !*r.cases[k].tara))
       for (auto& cl : r.cases[k].clusters)
@@ -540,6 +751,8 @@ void analyze(AuditReport& r) {
   compute_verdicts(r, mode_order);
   // Drift size against the reference context, per mode and precision (src/audit/drift.cpp).
   for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases);
+  if (schema)
+    for (auto& ms : r.summary.modes) summarize_structured(ms, r.cases, all);
 }
 
 // ============================================================================ repro command

@@ -16,6 +16,7 @@
 #include "repro/common/util.hpp"
 #include "repro/audit/builtin_profiles.hpp"
 #include "repro/audit/plan_options.hpp"
+#include "repro/engine/json_schema.hpp"
 
 namespace repro {
 
@@ -163,6 +164,10 @@ PlanOptions plan_from_report(const AuditReport& r) {
   for (const auto& opt : plan_options()) {
     const nlohmann::json* v = at_key(j, opt.report_key);
     nlohmann::json engine_precision;
+    // Reports written before structured output had no schema and no retries.
+    static const nlohmann::json kNoSchema = nullptr, kNoRetry = 0;
+    if (!v && std::string(opt.report_key) == "json_schema") v = &kNoSchema;
+    if (!v && std::string(opt.report_key) == "retry_invalid") v = &kNoRetry;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;
@@ -188,6 +193,12 @@ PlanOptions plan_from_report(const AuditReport& r) {
   return o;
 }
 
+std::string json_schema_where(const PlanOptions& o) {
+  return o.json_schema_file.empty() ? std::string("json_schema") : "--json-schema '" + o.json_schema_file + "'";
+}
+
+nlohmann::json json_schema_of(const PlanOptions& o) { return o.json_schema.is_null() ? o.json_schema : schema_of(o.json_schema); }
+
 // A numeric --positions entry: a non-negative integer below 1,000,000 (no batch is larger).
 static int parse_position(const std::string& p) {
   int v = 0;
@@ -204,6 +215,11 @@ void validate_plan(const PlanOptions& o, int context_length) {
   for (const auto& opt : plan_options())
     check_plan_value(opt, opt.get(o), *opt.flag ? opt.flag_name() : "profile key \"" + std::string(opt.profile_key) + "\"");
   check_threads(o.threads);  // and at most 4 x the cores of this machine
+  // The schema compiles (unsupported keywords are named here, before anything runs).
+  if (!o.json_schema.is_null()) JsonSchema(json_schema_of(o), json_schema_where(o));
+  if (o.retry_invalid > 0 && o.json_schema.is_null())
+    throw UsageError("--retry-invalid " + std::to_string(o.retry_invalid) +
+                     " re-requests answers that do not conform to a schema; give --json-schema FILE too");
   for (const auto& p : o.positions)
     if (p != "first" && p != "middle" && p != "last") parse_position(p);
   if (context_length > 0) {

@@ -11,6 +11,7 @@
 
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/engine/json_schema.hpp"
 
 namespace repro {
 
@@ -55,6 +56,13 @@ bool position(const json& v) {
   std::string s = v.get<std::string>();
   if (s == "first" || s == "middle" || s == "last") return true;
   return !s.empty() && s.size() <= 7 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// The plan's form of a schema: a response_format wrapper unwrapped, except json_object, which stays
+// {"type":"json_object"} (endpoints get json_object mode; locally any JSON object).
+json plan_schema(const json& v) {
+  if (v.is_object() && v.value("type", json()) == "json_object") return json{{"type", "json_object"}};
+  return v.is_null() ? v : schema_of(v);
 }
 
 template <class T>
@@ -163,10 +171,23 @@ const std::vector<PlanOption>& plan_options() {
      [](PlanOptions& o, const json& v) { o.answer_regex = v.get<std::string>(); },
      [](const json& v) { return v.is_string(); }, "a string"},
     {"answer_json_path", OptionType::Text, "--answer-json-path", "answer_json_path", "answer_json_path",
-     "JSON path answer extractor for TARa, e.g. $.answer", true,
+     "JSON path answer extractor for TARa, e.g. $.answer or answer.value; several paths, comma-separated, "
+     "also get per-field agreement", true,
      [](const PlanOptions& o) { return json(o.answer_json_path); },
      [](PlanOptions& o, const json& v) { o.answer_json_path = v.get<std::string>(); },
      [](const json& v) { return v.is_string(); }, "a string"},
+    {"json_schema", OptionType::Json, "--json-schema", "json_schema", "json_schema",
+     "Structured output: a JSON Schema file every answer must conform to (local: constrained decoding; "
+     "endpoints: response_format); {\"type\":\"json_object\"} asks for any JSON object", true,
+     [](const PlanOptions& o) { return o.json_schema; },
+     [](PlanOptions& o, const json& v) { o.json_schema = plan_schema(v); },
+     [](const json& v) { return v.is_null() || v.is_object(); }, "a JSON Schema object"},
+    {"retry_invalid", OptionType::Int, "--retry-invalid", "retry_invalid", "retry_invalid",
+     "Validation with retry: re-request an answer that does not conform to --json-schema up to this many times "
+     "(sampled configs with the next seeds); reported separately", true,
+     [](const PlanOptions& o) { return json(o.retry_invalid); },
+     [](PlanOptions& o, const json& v) { o.retry_invalid = v.get<int>(); },
+     [](const json& v) { return int_in(v, 0, 100); }, "an integer from 0 to 100"},
     {"formats", OptionType::TextList, "--format", "formats", "formats",
      "Report formats: json,md,html,junit (FORMAT=PATH writes one elsewhere)", true,
      [](const PlanOptions& o) { return json(o.formats); },
@@ -254,6 +275,14 @@ json parse_flag_value(const PlanOption& opt, const std::string& text) {
         double v = std::strtod(s.c_str(), &end);
         if (s.empty() || *end) return s;
         return v;  // NaN and infinities stay, and fail the range check by name
+      }
+      case OptionType::Json: {  // the flag names a file holding the JSON
+        const std::string what = opt.flag_name() + " '" + s + "'";
+        if (s.empty()) throw UsageError(opt.flag_name() + ": empty file name; give the path of a JSON file");
+        json v = json::parse(read_file(s, (opt.flag_name() + " file").c_str()), nullptr, false);
+        if (v.is_discarded())
+          throw UsageError(what + ": not valid JSON; give a JSON Schema object (e.g. {\"type\":\"object\",...})");
+        return v;
       }
       case OptionType::Bool:
         if (s == "true") return true;

@@ -52,6 +52,7 @@ RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
   p.seed = probe.seed;
   p.stop = probe.stop;
   p.logprobs = probe.logprobs;
+  p.json_schema = probe.json_schema;
   const bool have_messages = probe.messages.is_array() && !probe.messages.empty();
   if (spec.api == "chat") {
     p.messages = have_messages ? probe.messages : nlohmann::json();
@@ -68,6 +69,47 @@ void check_args(const EndpointSpec& spec, int concurrency, int repeats) {
   if (concurrency < 1 || concurrency > 65536)
     throw UsageError("--concurrency " + std::to_string(concurrency) + " is out of range; use 1..65536");
   if (repeats < 0) throw UsageError("--repeats must be >= 0");
+}
+
+// One probe request with its retries (--retry-invalid): send() submits attempt `retries`; the answer
+// either conforms (or is out of retries, or failed) and goes to `finish`, or is discarded and the
+// request is sent again with the next seed (sampled configs).
+struct Attempt {
+  int repeat = 0;
+  int retries = 0;
+  int64_t retry_tokens = 0;
+  std::string first_text;
+  std::vector<int> first_tokens;
+  bool failed = false;             // the last request failed after the client's retries
+};
+
+void send_attempt(RemoteClient& client, const RequestParams& pp, const RemoteProbe& probe, Attempt at,
+                  std::function<void(Completion&&, const Attempt&)> finish) {
+  RequestParams q = pp;
+  if (at.retries > 0 && probe.decoding.temperature > 0) q.seed = probe.seed + static_cast<uint64_t>(at.retries);
+  client.submit(q, [&client, pp, &probe, at, finish](RemoteResult&& res) mutable {
+    if (res.aborted) return;
+    at.failed = res.cause != FailCause::none;
+    Completion c = completion_from(res);
+    if (probe.validator && !at.failed && c.error.empty()) {
+      c.schema_valid = probe.validator->validate(c.text);
+      if (!*c.schema_valid && at.retries < probe.retry_invalid) {
+        if (at.retries == 0) {
+          at.first_text = c.text;
+          at.first_tokens = c.tokens;
+        }
+        at.retries++;
+        at.retry_tokens += c.completion_tokens;
+        send_attempt(client, pp, probe, at, finish);
+        return;
+      }
+    }
+    c.retries = at.retries;
+    c.retry_tokens = at.retry_tokens;
+    c.first_text = at.first_text;
+    c.first_tokens = at.first_tokens;
+    finish(std::move(c), at);
+  });
 }
 
 void stamp(Completion& c, const EndpointSpec& spec, const RemoteProbe& probe, int batch, int repeat) {
@@ -93,11 +135,11 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
 
   int next_repeat = first, probes_done = first;
   std::function<void()> submit_probe = [&] {
-    const int r = next_repeat++;
-    client.submit(pp, [&, r](RemoteResult&& res) {
-      if (res.aborted) return;
-      if (res.cause != FailCause::none) ++client.stats().probe_failed;
-      Completion c = completion_from(res);
+    Attempt at;
+    at.repeat = next_repeat++;
+    send_attempt(client, pp, probe, at, [&](Completion&& c, const Attempt& a) {
+      if (a.failed) ++client.stats().probe_failed;
+      const int r = a.repeat;
       stamp(c, spec, probe, concurrency, r);
       out.push_back(std::move(c));
       ++probes_done;
@@ -144,10 +186,8 @@ std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemotePr
   int done = std::max(0, probe.first_repeat);
   if (done > warm_repeats) return out;
   std::function<void()> submit = [&] {
-    client.submit(pp, [&](RemoteResult&& res) {
-      if (res.aborted) return;
-      if (res.cause != FailCause::none) ++client.stats().probe_failed;
-      Completion c = completion_from(res);
+    send_attempt(client, pp, probe, Attempt{}, [&](Completion&& c, const Attempt& a) {
+      if (a.failed) ++client.stats().probe_failed;
       stamp(c, spec, probe, 1, done);
       c.cache_state = done == 0 ? "cold" : "warm";
       out.push_back(std::move(c));

@@ -15,6 +15,7 @@
 #include "repro/audit/batch_context.hpp"
 #include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/engine/json_schema.hpp"
 #include "repro/common/error.hpp"
 
 namespace repro {
@@ -176,6 +177,11 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
+  // Structured output: one compiled schema and vocabulary trie for every probe (fillers stay free).
+  // A schema the vocabulary cannot spell is a UsageError here, before any cell runs.
+  std::shared_ptr<const JsonConstraint> constraint;
+  if (!plan.json_schema.is_null())
+    constraint = std::make_shared<JsonConstraint>(json_schema_of(plan), json_schema_where(plan), *model.tokenizer);
   std::vector<std::vector<int>> prompt_ids;
   for (size_t i = 0; i < plan.prompts.size(); ++i) {
     const auto& p = plan.prompts[i];
@@ -229,8 +235,30 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.top_p = static_cast<float>(dc.cfg.top_p);
             req.params.top_k = dc.cfg.top_k;
             req.params.seed = dc.seed;
+            req.params.json_schema = constraint;
             BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set)};
             BatchRun run = run_in_batch(*engines[pr][mi], req, bc);
+            int64_t gen_tokens = run.generated_tokens;
+            double gen_seconds = run.seconds;
+            if (constraint) {
+              // Validation with retry: an answer that does not conform is requested again, in the same
+              // batch context (sampled configs with the next seed: the same seed would repeat it).
+              c.schema_valid = constraint->schema.validate(run.probe.text);
+              for (int k = 1; k <= plan.retry_invalid && !*c.schema_valid; ++k) {
+                if (k == 1) {
+                  c.first_text = run.probe.text;
+                  c.first_tokens = run.probe.tokens;
+                }
+                c.retries++;
+                c.retry_tokens += static_cast<int64_t>(run.probe.tokens.size());
+                GenRequest again = req;
+                if (dc.cfg.temperature > 0) again.params.seed = dc.seed + static_cast<uint64_t>(k);
+                run = run_in_batch(*engines[pr][mi], again, bc);
+                gen_tokens += run.generated_tokens;
+                gen_seconds += run.seconds;
+                c.schema_valid = constraint->schema.validate(run.probe.text);
+              }
+            }
             const GenResult& g = run.probe;
             c.filler_ids = run.fillers.ids;
             c.tokens = g.tokens;
@@ -245,8 +273,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.completion_tokens = static_cast<int>(g.tokens.size());
             diverged.add(c);
             report.completions.push_back(std::move(c));
-            add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, run.generated_tokens, run.seconds);
-            progress.tick(work, true, current, diverged.count(), run.seconds);
+            add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, gen_tokens, gen_seconds);
+            progress.tick(work, true, current, diverged.count(), gen_seconds);
             cp.maybe(report);
           }
 }
@@ -266,6 +294,10 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   DivergenceCounter diverged;
   for (const auto& c : report.completions) diverged.add(c);
   Checkpointer cp{ctl};
+  // Structured output: the schema goes out as each provider's response_format; answers are checked here.
+  std::shared_ptr<const JsonSchema> validator;
+  if (!plan.json_schema.is_null())
+    validator = std::make_shared<const JsonSchema>(json_schema_of(plan), json_schema_where(plan));
   RemoteStats all;
   std::map<std::string, RemoteStats> per_endpoint;
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
@@ -279,6 +311,9 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         probe.seed = dc.seed;
         probe.logprobs = provider_supports_logprobs(ep.provider);
         probe.fillers = fillers;
+        probe.json_schema = plan.json_schema;
+        probe.validator = validator;
+        probe.retry_invalid = plan.retry_invalid;
         // Requests that finished before an interruption are not sent again (--resume): a level's
         // probes run one after another, so what finished is a prefix of its repeats.
         auto finished_prefix = [&](int batch, bool cache, int n) {

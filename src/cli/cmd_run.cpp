@@ -14,6 +14,7 @@
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
 #include "repro/audit/provenance.hpp"
+#include "repro/engine/json_schema.hpp"
 #include "repro/remote/client.hpp"
 #include "repro/report/report.hpp"
 #include "repro/audit/runner.hpp"
@@ -66,6 +67,7 @@ PlanOptions build_plan(const RunOptions& o) {
                                                     : parse_flag_value(opt, o.plan_text.at(opt.name));
     opt.set(p, check_plan_value(opt, v, opt.flag_name()));
   }
+  if (o.given("--json-schema")) p.json_schema_file = o.plan_text.at("json_schema");
   // --threads is one of the engine flags (src/cli/flags.cpp), shared with generate, bench and serve.
   if (o.given("--threads")) p.threads = o.engine.thread_count();
   // --precision (an engine flag) is the one-value form of --precisions.
@@ -141,7 +143,9 @@ void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const Audi
     if (!*opt.flag || !o.given(opt.flag_name())) continue;
     nlohmann::json v = opt.type == OptionType::Bool ? nlohmann::json(opt.flag_sets)
                                                     : parse_flag_value(opt, o.plan_text.at(opt.name));
-    v = check_plan_value(opt, v, opt.flag_name());
+    PlanOptions as_given = plan;  // the value as the plan stores it (a schema file's wrapper unwrapped)
+    opt.set(as_given, check_plan_value(opt, v, opt.flag_name()));
+    v = opt.get(as_given);
     nlohmann::json had = opt.get(plan);
     if (v != had)
       throw UsageError(where + opt.flag_name() + " gives " + v.dump() + " but the run used " + had.dump() +
@@ -305,6 +309,8 @@ int run_run(const RunOptions& o) {
     // --resume renders messages with the template the run started with (a --chat-template name).
     if (!o.resume.empty() && !o.given("--chat-template")) use_recorded_chat_template(*model, report.environment);
     validate_plan(plan, model->config.context_length);
+    // A schema the model's vocabulary cannot spell is refused before anything runs.
+    if (!plan.json_schema.is_null()) JsonConstraint(json_schema_of(plan), json_schema_where(plan), *model->tokenizer);
   }
   // ---- the gate: which modes (endpoints) it applies to, checked before anything runs
   if (remote && o.resume.empty() && !o.given("--gate-modes")) plan.thresholds.modes.clear();  // every endpoint
@@ -355,8 +361,9 @@ void setup_run(CLI::App& parent, Runner& runner) {
       continue;
     }
     const char* type = opt.type == OptionType::Int ? "INT" : opt.type == OptionType::UInt ? "UINT"
-                       : opt.type == OptionType::Number ? "NUMBER" : opt.type == OptionType::Text ? "TEXT" : "LIST";
-    const bool numeric = opt.type != OptionType::Text && opt.type != OptionType::TextList;
+                       : opt.type == OptionType::Number ? "NUMBER" : opt.type == OptionType::Text ? "TEXT"
+                       : opt.type == OptionType::Json ? "FILE" : "LIST";
+    const bool numeric = opt.type != OptionType::Text && opt.type != OptionType::TextList && opt.type != OptionType::Json;
     s->add_option(opt.flag, o->plan_text[opt.name], numeric ? std::string(opt.help) + " (" + opt.valid + ")" : opt.help)
         ->type_name(type);
   }

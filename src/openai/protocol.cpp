@@ -13,12 +13,15 @@
 //   ollama: no logprobs (its OpenAI API does not return them).
 //   tgi: top_p is sent only when < 1 and temperature only when > 0 (TGI rejects top_p=1, T=0).
 //   top_k: sent when > 0, except azure (UsageError: not an Azure OpenAI parameter).
+//   structured output (RequestParams::json_schema): response_format in each provider's dialect
+//     (response_format_fields); json_schema's name is the schema's "title" when it is a valid name.
 //   extra_body: JSON merge patch applied last (a null value removes a field).
 #include "repro/openai/protocol.hpp"
 
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -184,6 +187,70 @@ std::string scrub_secret(std::string s, const std::string& secret) {
 
 // ---------------------------------------------------------------- requests
 
+namespace {
+
+// Every object schema with "properties" and no "additionalProperties" gets false: undeclared keys are
+// refused here by default (repro/engine/json_schema.hpp), and OpenAI's strict mode needs it said.
+json closed_objects(const json& s) {
+  if (s.is_array()) {
+    json a = json::array();
+    for (const auto& e : s) a.push_back(closed_objects(e));
+    return a;
+  }
+  if (!s.is_object()) return s;
+  json o = json::object();
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    // keys whose values are schemas (or maps / lists of schemas); enum and const values stay as they are
+    if (k == "properties" && it->is_object()) {
+      json props = json::object();
+      for (auto p = it->begin(); p != it->end(); ++p) props[p.key()] = closed_objects(*p);
+      o[k] = props;
+    } else if (k == "items" || k == "anyOf" || k == "additionalProperties") {
+      o[k] = closed_objects(*it);
+    } else {
+      o[k] = *it;
+    }
+  }
+  if (o.contains("properties") && !o.contains("additionalProperties")) o["additionalProperties"] = false;
+  return o;
+}
+
+std::string schema_name(const json& schema) {
+  if (schema.is_object() && schema.contains("title") && schema["title"].is_string()) {
+    std::string t = schema["title"].get<std::string>();
+    bool ok = !t.empty() && t.size() <= 64;
+    for (char c : t) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+    if (ok) return t;
+  }
+  return "output";
+}
+
+}  // namespace
+
+json response_format_fields(Provider pv, const json& js) {
+  json f = json::object();
+  if (js.is_null()) return f;
+  const bool any_object = js.is_object() && js.value("type", json()) == "json_object";
+  const json schema = any_object ? json{{"type", "object"}} : js;
+  switch (pv) {
+    case Provider::llamacpp:
+      f["json_schema"] = schema;
+      break;
+    case Provider::tgi:
+      f["response_format"] = {{"type", "json"}, {"value", schema}};
+      break;
+    default:
+      if (any_object)
+        f["response_format"] = {{"type", "json_object"}};
+      else
+        f["response_format"] = {
+            {"type", "json_schema"},
+            {"json_schema", {{"name", schema_name(schema)}, {"schema", closed_objects(schema)}, {"strict", true}}}};
+  }
+  return f;
+}
+
 json build_request_body(const EndpointSpec& spec, const RequestParams& p) {
   const bool chat = spec.api == "chat";
   const Provider pv = spec.provider;
@@ -227,6 +294,8 @@ json build_request_body(const EndpointSpec& spec, const RequestParams& p) {
   }
   if (pv == Provider::vllm) b["return_token_ids"] = true;
   if (pv == Provider::llamacpp) b["cache_prompt"] = true;
+  const json structured = response_format_fields(pv, p.json_schema);
+  for (auto it = structured.begin(); it != structured.end(); ++it) b[it.key()] = *it;
   if (spec.extra_body.is_object() && !spec.extra_body.empty()) b.merge_patch(spec.extra_body);
   return b;
 }

@@ -35,8 +35,10 @@ std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditRe
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> structured_glossary(const AuditReport& r);  // structured_text.cpp
+
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r) {
-  return {
+  std::vector<std::pair<std::string, std::string>> g = {
       {"TARr@N", "share of cases whose N raw completions are all identical (token ids; the text when ids are unknown)."},
       {"TARa@N", "the same after the answer extractor (regex or JSON path): identical answers, all present."},
       {"bit-divergent", "identical tokens, but the final logits hash or the bits of a chosen-token logprob differ: the "
@@ -57,6 +59,8 @@ std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r) 
       {"95% interval", "Wilson score interval of a rate: \"0 of 120 -> below 3.1%\" means the true rate is below 3.1% "
                        "at 95% confidence."},
   };
+  for (auto& e : structured_glossary(r)) g.push_back(std::move(e));
+  return g;
 }
 
 }  // namespace repro

@@ -374,6 +374,16 @@ std::string html_environment(const AuditReport& r) {
   return o;
 }
 
+std::string html_structured_sections(const AuditReport& r) {
+  if (!has_structured(r)) return "";
+  std::string o = "<h2>Structured output</h2>\n" + html_table(structured_mode_table(r), "structured");
+  if (TextTable t = retry_table(r); !t.rows.empty())
+    o += "<h3>Validation with retry (--retry-invalid), reported separately</h3>\n" + html_table(t, "retry");
+  if (TextTable t = field_agreement_table(r); !t.rows.empty())
+    o += "<h3>Per-field agreement</h3>\n" + html_table(t, "fields");
+  return o;
+}
+
 std::string html_glossary(const AuditReport& r) {
   std::string o = "<h2>Glossary</h2>\n<dl id=\"glossary\">\n";
   for (const auto& [term, def] : glossary(r)) o += "<dt>" + esc(term) + "</dt><dd>" + esc(def) + "</dd>\n";
@@ -435,6 +445,7 @@ std::string to_html(const AuditReport& r) {
   }
   o += "</table>\n";
   o += html_drift_sections(r);
+  o += html_structured_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {
     o += "<h2>Errors (first of each kind)</h2>\n<table id=\"errors\"><tr><th>mode</th><th>kind</th><th>count</th>"
          "<th>first message</th></tr>\n";
@@ -513,6 +524,7 @@ std::string to_html(const AuditReport& r) {
     if (c.errors) o += fmt::format(" &middot; <span class=\"bad\">{} errors</span>", c.errors);
     o += "</p>\n";
     if (c.drift_size.reference >= 0) o += "<p>Drift: " + esc(drift_summary(c.drift_size, &r)) + "</p>\n";
+    if (std::string st = structured_case_text(c); !st.empty()) o += "<p>Structured output: " + esc(st) + "</p>\n";
     if (!c.clusters.empty()) {
       o += "<table class=\"clusters\"><tr><th>#</th><th>count</th><th>hash</th><th>first divergence: majority vs this "
            "cluster</th><th>family</th><th>distance</th><th>bit variants</th><th>text</th></tr>\n";

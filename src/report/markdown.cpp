@@ -82,6 +82,17 @@ std::string md_environment(const AuditReport& r) {
   return o;
 }
 
+std::string md_structured_sections(const AuditReport& r) {
+  if (!has_structured(r)) return "";
+  std::string o = "## Structured output\n\n";
+  o += md_table(structured_mode_table(r));
+  if (TextTable t = retry_table(r); !t.rows.empty())
+    o += "### Validation with retry (--retry-invalid), reported separately\n\n" + md_table(t);
+  if (TextTable t = field_agreement_table(r); !t.rows.empty()) o += "### Per-field agreement\n\n" + md_table(t);
+  return o;
+}
+
+
 }  // namespace
 
 std::string to_markdown(const AuditReport& r) {
@@ -125,6 +136,7 @@ std::string to_markdown(const AuditReport& r) {
     if (!m.drift_size.finding.empty()) o += "- **Finding:** " + cell(m.drift_size.finding) + "\n";
   o += "\n";
   o += md_drift_sections(r);
+  o += md_structured_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {
     o += "## Errors (first of each kind)\n\n| mode | kind | count | first message |\n|---|---|---:|---|\n";
     for (const auto& e : kinds)
@@ -182,6 +194,7 @@ std::string to_markdown(const AuditReport& r) {
     if (c.errors) o += fmt::format(", errors = {}", c.errors);
     o += "\n\n";
     if (c.drift_size.reference >= 0) o += "Drift: " + cell(drift_summary(c.drift_size, &r)) + "\n\n";
+    if (std::string st = structured_case_text(c); !st.empty()) o += "Structured output: " + cell(st) + "\n\n";
     if (c.clusters.empty()) continue;
     o += "| # | count | hash | first divergence: majority vs this cluster | family | distance | bit variants "
          "| text (divergent part in ⟦ ⟧) |\n";

@@ -88,6 +88,13 @@ void describe(V& v, T& x) {
   v("created", x.created);
   v("error", x.error);
   v("attempts", x.attempts);
+  // structured output only: the schema check, and the retries' record when there were any
+  v.only_if(x.schema_valid.has_value(), "schema_valid", x.schema_valid);
+  const bool retried = x.retries > 0;
+  v.only_if(retried, "retries", x.retries);
+  v.only_if(retried, "retry_tokens", x.retry_tokens);
+  v.only_if(retried, "first_text", x.first_text);
+  v.only_if(retried, "first_tokens", x.first_tokens);
 }
 
 template <class V, Is<Cluster> T>
@@ -180,6 +187,49 @@ void describe(V& v, T& x) {
   v("finding", x.finding);
 }
 
+template <class V, Is<FieldAgreement> T>
+void describe(V& v, T& x) {
+  v("path", x.path);
+  v("agree", x.agree);
+  v("unique", x.unique);
+  v("missing", x.missing);
+  v("majority", x.majority);
+}
+
+template <class V, Is<StructuredCase> T>
+void describe(V& v, T& x) {
+  v("valid", x.valid);
+  v("valid_first", x.valid_first);
+  v("tara_json", x.tara_json);
+  v("json_unique", x.json_unique);
+  v("json_invalid", x.json_invalid);
+  v("tarr_first", x.tarr_first);
+  v("tara_json_first", x.tara_json_first);
+  v("retries", x.retries);
+  v("retry_tokens", x.retry_tokens);
+}
+
+template <class V, Is<FieldRate> T>
+void describe(V& v, T& x) {
+  v("path", x.path);
+  v("agree", x.agree);
+}
+
+template <class V, Is<StructuredSummary> T>
+void describe(V& v, T& x) {
+  v("valid", x.valid);
+  v("valid_first", x.valid_first);
+  v("tarr", x.tarr);
+  v("tarr_first", x.tarr_first);
+  v("tara_json", x.tara_json);
+  v("tara_json_first", x.tara_json_first);
+  v("fields", x.fields);
+  v("requests", x.requests);
+  v("retries", x.retries);
+  v("tokens", x.tokens);
+  v("retry_tokens", x.retry_tokens);
+}
+
 template <class V, Is<CaseResult> T>
 void describe(V& v, T& x) {
   v("prompt_id", x.prompt_id);  // prompt_text is not stored: it is prompts[prompt_id]
@@ -201,6 +251,8 @@ void describe(V& v, T& x) {
   v("clusters", x.clusters);
   v("factors", x.factors);
   v("drift_size", x.drift_size);
+  v.only_if(x.structured.has_value(), "structured", x.structured);  // plan with a JSON Schema only
+  v.only_if(!x.fields.empty(), "fields", x.fields);                 // --answer-json-path only
 }
 
 template <class V, Is<ThroughputRow> T>
@@ -237,6 +289,7 @@ void describe(V& v, T& x) {
   v("requests", x.requests);
   v("failed_requests", x.failed_requests);
   v("error_rate", x.error_rate);
+  v.only_if(x.structured.has_value(), "structured", x.structured);  // plan with a JSON Schema only
 }
 
 template <class V, Is<BaselineResult> T>

@@ -7,6 +7,7 @@
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/verdict.hpp"
+#include "repro/audit/stats.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -122,6 +123,26 @@ std::string verdict_cause(const AuditReport& r) {
   return why;
 }
 
+// Structured output: one line per mode (schema-valid, TARr, TARa on parsed JSON, fields), and the
+// retries' effect and cost on their own line.
+static std::string structured_terminal(const AuditReport& r) {
+  std::string out;
+  for (const auto& m : r.summary.modes) {
+    if (!m.structured) continue;
+    const StructuredSummary& st = *m.structured;
+    out += fmt::format("structured {}: schema-valid {}, TARr {}, TARa (JSON) {}", mode_label(m.mode, m.precision),
+                       rate_text(st.valid), rate_text(st.tarr), rate_text(st.tara_json));
+    for (const auto& f : st.fields) out += fmt::format(", {} agrees {}", f.path, rate_text(f.agree));
+    out += "\n";
+    if (st.retries > 0 || retry_table(r).rows.size() > 0)
+      out += fmt::format("  before retry: schema-valid {}, TARr {}, TARa (JSON) {}; retries cost {} extra requests "
+                         "and {} extra tokens\n",
+                         rate_text(st.valid_first), rate_text(st.tarr_first), rate_text(st.tara_json_first),
+                         st.retries, st.retry_tokens);
+  }
+  return out;
+}
+
 std::string to_terminal(const AuditReport& r) {
   const Summary& s = r.summary;
   std::string out;
@@ -147,6 +168,7 @@ std::string to_terminal(const AuditReport& r) {
   }
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) out += "finding: " + m.drift_size.finding + "\n";
+  out += structured_terminal(r);
   auto kinds = error_kinds(r);
   if (!kinds.empty()) {
     out += "errors (first of each kind):\n";

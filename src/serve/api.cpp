@@ -10,6 +10,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/engine/json_schema.hpp"
 
 namespace repro::serve {
 
@@ -286,6 +287,36 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
     }
   }
   p.gen.params.top_logprobs = p.top_logprobs;
+
+  // Structured output: response_format json_schema -> constrained decoding to that schema
+  // (repro/engine/json_schema.hpp); json_object -> any JSON object; text (or none) -> free text.
+  if (present(b, "response_format")) {
+    const json& rf = b["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      throw ApiError(400, "'response_format' must be an object with a 'type': text, json_object or json_schema",
+                     "response_format", "invalid_type");
+    const std::string type = rf["type"].get<std::string>();
+    json schema;
+    if (type == "json_object") {
+      schema = rf.contains("schema") && rf["schema"].is_object() ? rf["schema"] : json{{"type", "object"}};
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema") ||
+          !rf["json_schema"]["schema"].is_object())
+        throw ApiError(400, "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\": {...}}",
+                       "response_format");
+      schema = rf["json_schema"]["schema"];
+    } else if (type != "text") {
+      throw ApiError(400, "'response_format' type must be text, json_object or json_schema (got '" + type + "')",
+                     "response_format");
+    }
+    if (!schema.is_null()) {
+      try {
+        d.json_schema = std::make_shared<const JsonConstraint>(schema, "'response_format'", tok);
+      } catch (const UsageError& e) {
+        throw ApiError(400, e.what(), "response_format");
+      }
+    }
+  }
 
   if (auto s = get_bool(b, "stream")) p.stream = *s;
   if (present(b, "stream_options")) {

@@ -38,6 +38,11 @@ struct PlanOptions {
   std::vector<std::string> formats = {"json", "md", "html", "junit"};
   Thresholds thresholds;
   std::string answer_regex, answer_json_path;
+  // structured output: a JSON Schema (null: none; {"type":"json_object"}: any JSON object), the file
+  // it came from (for messages; empty from a profile or a report), and validation with retry
+  nlohmann::json json_schema;
+  std::string json_schema_file;
+  int retry_invalid = 0;
   // remote
   std::vector<int> concurrency = {1, 8};
   bool cache_probe = true;
@@ -70,6 +75,11 @@ Prompt prompt_from_text(const std::string& text);
 std::string prompt_id_for(const std::string& text);
 // The built-in prompts used when neither the profile nor the flags give any.
 std::vector<Prompt> builtin_prompts();
+
+// Where the plan's JSON Schema came from, for messages: "--json-schema 'FILE'" or "json_schema".
+std::string json_schema_where(const PlanOptions& o);
+// The schema to compile (json_object as {"type":"object"}); null when the plan has none.
+nlohmann::json json_schema_of(const PlanOptions& o);
 
 // The decoding configs of the plan: greedy once; each sampled (T, top_p, top_k) once per seed,
 // with the seed in the id ("t0.8-p0.95-k40-s1"), so a case holds runs that should be identical.

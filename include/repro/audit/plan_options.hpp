@@ -16,7 +16,8 @@
 
 namespace repro {
 
-enum class OptionType { Int, UInt, Number, Bool, Text, IntList, UIntList, NumberList, TextList };
+// Json: a JSON value; its flag names a file holding it (--json-schema FILE), a profile holds it inline.
+enum class OptionType { Int, UInt, Number, Bool, Text, IntList, UIntList, NumberList, TextList, Json };
 
 struct PlanOption {
   const char* name;         // PlanOptions member, for documentation: "top_ps"
@@ -52,7 +53,8 @@ const PlanOption* find_plan_option_by_key(const std::string& key);
 // type, NaN, negative where not allowed, or out of range is a UsageError:
 //   "<where> must be <valid> (got <value>)".
 nlohmann::json check_plan_value(const PlanOption& opt, const nlohmann::json& value, const std::string& where);
-// A flag's text as JSON for check_plan_value: numbers parsed strictly, lists comma-separated.
+// A flag's text as JSON for check_plan_value: numbers parsed strictly, lists comma-separated, a Json
+// option's file read and parsed (UsageError naming the flag and the file).
 nlohmann::json parse_flag_value(const PlanOption& opt, const std::string& text);
 
 }  // namespace repro

@@ -4,11 +4,13 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/engine/json_schema.hpp"
 #include "repro/remote/client.hpp"
 
 namespace repro {
@@ -28,6 +30,13 @@ struct RemoteProbe {
   // Repeats (cache probe: requests) below this index finished in an earlier run (--resume): they are
   // not sent again, and the ones sent are numbered from here.
   int first_repeat = 0;
+  // Structured output: the schema sent as response_format (null: none), the check of every answer,
+  // and validation with retry: an answer that does not conform is requested again, up to
+  // retry_invalid times (sampled configs with seed + k for retry k); the Completion records the
+  // retries, the discarded answers' tokens and the first answer.
+  nlohmann::json json_schema;
+  std::shared_ptr<const JsonSchema> validator;
+  int retry_invalid = 0;
 };
 
 // The probe is replayed `repeats` - probe.first_repeat times (repeat numbers first_repeat..repeats-1),

@@ -87,7 +87,20 @@ struct RequestParams {
   bool send_seed = true;
   std::vector<std::string> stop;
   bool logprobs = false;
+  // Structured output: a JSON Schema the answer must conform to, sent as the provider's
+  // response_format (see response_format_fields); {"type":"json_object"} asks for any JSON object;
+  // null sends nothing.
+  nlohmann::json json_schema;
 };
+
+// The body fields that ask this provider for structured output (merged into the request body):
+//   openai, azure, vllm, sglang, ollama: response_format {"type":"json_schema","json_schema":{"name",
+//     "schema","strict":true}} (objects without "additionalProperties" get false, the meaning this
+//     tool gives them), or {"type":"json_object"};
+//   llamacpp: a top-level "json_schema" (read on both APIs; json_object: {"type":"object"});
+//   tgi: response_format {"type":"json","value":schema} (TGI's grammar; json_object: {"type":"object"}).
+// Empty object when `json_schema` is null.
+nlohmann::json response_format_fields(Provider p, const nlohmann::json& json_schema);
 
 struct HttpRequestSpec {
   std::string url;                 // full URL with path and query

@@ -76,6 +76,12 @@ struct TextTable {
 TextTable drift_mode_table(const AuditReport& r);  // one row per mode: rates with 95% intervals, sizes
 // Per mode and factor: (title "default, by batch_size", table of value, completions, differing, max |dlogprob|).
 std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditReport& r);
+// ---- structured output sections shared by the writers (src/report/structured_text.cpp)
+bool has_structured(const AuditReport& r);           // the plan had a JSON Schema
+TextTable structured_mode_table(const AuditReport& r);  // per mode: schema-valid, TARr, TARa on parsed JSON
+TextTable retry_table(const AuditReport& r);         // --retry-invalid: before vs after, extra requests/tokens (empty without)
+TextTable field_agreement_table(const AuditReport& r);  // per mode and JSON path: cases whose completions agree
+std::string structured_case_text(const CaseResult& c);  // one line per case (empty without schema or paths)
 // Terms used by the reports, with their definitions.
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
 
