@@ -121,6 +121,7 @@ struct Registered {
 const Registered kTables[] = {
     {Device::Cpu, Mode::Default, "cpu-default", make_cpu_default},
     {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", make_cpu_invariant},
+    {Device::Cpu, Mode::Deterministic, "cpu-deterministic", make_cpu_deterministic},
 #ifdef REPRO_HAVE_CUDA
     {Device::Cuda, Mode::Default, "cuda-default", make_cuda_default},
     {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", make_cuda_invariant},
@@ -149,6 +150,9 @@ std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
   if (threads < 1) throw UsageError("--threads must be at least 1");
   for (const auto& t : kTables)
     if (t.device == device && t.mode == mode) return t.make(threads);
+  if (device == Device::Cuda && mode == Mode::Deterministic)
+    throw BackendError("--mode deterministic runs the CPU reference kernels only (there is no cuda-deterministic "
+                       "table); use --device cpu, or batch-invariant on cuda");
   if (device == Device::Cuda) {
 #ifndef REPRO_HAVE_CUDA
     throw BackendError("--device cuda: this repro-audit was built without CUDA (configure with -DREPRO_CUDA=ON on a "

@@ -1,6 +1,6 @@
-// The CPU op tables: cpu-default and cpu-batch-invariant.
+// The CPU op tables: cpu-default, cpu-batch-invariant and cpu-deterministic.
 //
-// Both tables share everything but the three kernels whose reduction order decides batch variance
+// The tables share everything but the three kernels whose reduction order decides batch variance
 // (matmul, RMSNorm, attention): buffers are host memory, weights are read in place, and the
 // element-wise ops (embedding gather, RoPE, silu * up, residual and bias add, KV store, row gather,
 // precision rounding) are plain loops whose value for a row never depends on other rows, computed
@@ -11,6 +11,11 @@
 //                        the fastest path per shape, as production engines run.
 //   cpu-batch-invariant  kernels/*/invariant.cpp: one reduction order per output element, fixed
 //                        by the reduction length alone; bitwise equal to kernels/*/reference.cpp.
+//   cpu-deterministic    kernels/*/reference.cpp themselves: the plain loops that define the
+//                        batch-invariant order, on one thread, and the engine decodes each request
+//                        alone (OpsInfo::requests_alone). What a framework's deterministic switch
+//                        amounts to; the reference order IS the invariant order, so its bits equal
+//                        cpu-batch-invariant's (tests/unit-deterministic.cpp), only slower.
 // Matmul reads every weight type in place: F32 through the f32 kernels, F16, BF16 and the GGUF
 // block formats through kernels/matmul/quant_*.cpp (dequantized panel by panel, activations stay
 // f32; the invariant order is fixed by K and the type). The embedding gather dequantizes the rows
@@ -48,12 +53,29 @@ struct CpuKernels {
   void (*matmul_q)(const float*, const QuantWeight&, float*, int, int, int, ThreadPool&);
   void (*rmsnorm)(const float*, const float*, float*, int, int, float, ThreadPool&);
   void (*attention)(const AttentionRow*, int, const AttentionShape&, ThreadPool&);
+  bool alone = false;  // one thread, one request at a time (the deterministic table)
 };
+
+// The reference kernels in the table's signature (they take no thread pool: plain loops, one thread).
+void matmul_ref(const float* x, const float* w, float* y, int M, int N, int K, ThreadPool&) {
+  matmul_reference(x, w, y, M, N, K);
+}
+void matmul_q_ref(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool&) {
+  matmul_q_reference(x, w, y, M, N, K);
+}
+void rmsnorm_ref(const float* x, const float* g, float* y, int M, int D, float eps, ThreadPool&) {
+  rmsnorm_reference(x, g, y, M, D, eps);
+}
+void attention_ref(const AttentionRow* rows, int n, const AttentionShape& s, ThreadPool&) {
+  attention_reference(rows, n, s);
+}
 
 const CpuKernels kDefault{"cpu-default", "default", true, matmul_default, matmul_q_default, rmsnorm_default,
                           attention_default};
 const CpuKernels kInvariant{"cpu-batch-invariant", "batch-invariant", false, matmul_invariant, matmul_q_invariant,
                             rmsnorm_invariant, attention_invariant};
+const CpuKernels kDeterministic{"cpu-deterministic", "deterministic", false, matmul_ref, matmul_q_ref, rmsnorm_ref,
+                                attention_ref, true};
 
 const float* f32_data(const Weight& w, const char* op, const char* table) {
   if (w.dtype != DType::F32)
@@ -64,7 +86,7 @@ const float* f32_data(const Weight& w, const char* op, const char* table) {
 
 class CpuOps final : public Ops {
  public:
-  CpuOps(const CpuKernels& k, int threads) : k_(k), pool_(threads) {}
+  CpuOps(const CpuKernels& k, int threads) : k_(k), pool_(k.alone ? 1 : threads) {}
   ~CpuOps() override = default;
 
   OpsInfo describe() const override {
@@ -73,13 +95,16 @@ class CpuOps final : public Ops {
     i.device = "cpu";
     i.mode = k_.mode;
     i.isa = cpu_has_avx2_fma() ? (use_avx2() ? "avx2+fma" : "portable (forced)") : "portable";
-    if (k_.blas) {
+    if (k_.alone) {
+      i.library = "reference kernels (plain loops, one thread, no BLAS)";
+    } else if (k_.blas) {
       const char* cfg = openblas_get_config();
       i.library = std::string("OpenBLAS (") + (cfg ? cfg : "unknown config") + ")";
     } else {
       i.library = "own kernels (no BLAS)";
     }
     i.threads = pool_.size();
+    i.requests_alone = k_.alone;
     return i;
   }
 
@@ -233,5 +258,6 @@ class CpuOps final : public Ops {
 
 std::unique_ptr<Ops> make_cpu_default(int threads) { return std::make_unique<CpuOps>(kDefault, threads); }
 std::unique_ptr<Ops> make_cpu_invariant(int threads) { return std::make_unique<CpuOps>(kInvariant, threads); }
+std::unique_ptr<Ops> make_cpu_deterministic(int threads) { return std::make_unique<CpuOps>(kDeterministic, threads); }
 
 }  // namespace repro::kernels

@@ -88,14 +88,15 @@ struct Table {
   TableSpec spec;
   int threads;
   std::unique_ptr<Ops> ops;
-  bool invariant() const { return spec.mode == Mode::BatchInvariant; }
+  // batch-invariant and deterministic (the reference kernels themselves) are held to memcmp
+  bool invariant() const { return spec.mode != Mode::Default; }
 };
 
 std::vector<Table> tables() {
   std::vector<Table> out;
   for (const TableSpec& t : available_op_tables()) {
     std::vector<int> threads = {1, 2};
-    if (t.mode == Mode::BatchInvariant) threads = {1, 2, 3};
+    if (t.mode != Mode::Default) threads = {1, 2, 3};
     for (int n : threads) out.push_back({t, n, make_ops(t.device, t.mode, n)});
   }
   return out;
@@ -150,6 +151,7 @@ TEST_CASE("op tables: the registry lists the CPU tables; CUDA fails with one cle
   for (const auto& t : available_op_tables()) names.push_back(t.name);
   CHECK(std::find(names.begin(), names.end(), "cpu-default") != names.end());
   CHECK(std::find(names.begin(), names.end(), "cpu-batch-invariant") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "cpu-deterministic") != names.end());
   for (const auto& t : available_op_tables()) {
     auto ops = make_ops(t.device, t.mode, 2);
     const OpsInfo i = ops->describe();
@@ -158,7 +160,8 @@ TEST_CASE("op tables: the registry lists the CPU tables; CUDA fails with one cle
     CHECK(i.device == device_name(t.device));
     CHECK(!i.isa.empty());
     CHECK(!i.library.empty());
-    CHECK(i.threads == 2);
+    CHECK(i.threads == (t.mode == Mode::Deterministic ? 1 : 2));  // deterministic: one thread, whatever asked
+    CHECK(i.requests_alone == (t.mode == Mode::Deterministic));
   }
   bool has_cuda = false;
   for (const auto& t : available_op_tables()) has_cuda = has_cuda || t.device == Device::Cuda;

@@ -126,7 +126,7 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  sub->add_option("--max-batch", o->max_batch, "Most sequences decoding together")
+  sub->add_option("--max-batch", o->max_batch, "Most sequences decoding together (--mode deterministic: always 1)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   sub->add_option("--api-key-env", o->api_key_env,

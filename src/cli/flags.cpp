@@ -15,7 +15,7 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
   sub.add_option("--tokenizer", f.tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
   sub.add_option("--device", f.device, "Device the engine runs on: cpu | cuda")->capture_default_str();
   if (spec.mode)
-    sub.add_option("--mode", f.mode, "Kernel mode: default | batch-invariant")->capture_default_str();
+    sub.add_option("--mode", f.mode, "Kernel mode: default | batch-invariant | deterministic")->capture_default_str();
   sub.add_option("--threads", f.threads,
                  spec.threads_list ? "Comma-separated engine thread counts" : "Engine threads")
       ->capture_default_str();

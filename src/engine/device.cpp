@@ -14,7 +14,8 @@ struct Named {
   const char* name;
 };
 
-const Named<Mode> kModes[] = {{Mode::Default, "default"}, {Mode::BatchInvariant, "batch-invariant"}};
+const Named<Mode> kModes[] = {
+    {Mode::Default, "default"}, {Mode::BatchInvariant, "batch-invariant"}, {Mode::Deterministic, "deterministic"}};
 const Named<Device> kDevices[] = {{Device::Cpu, "cpu"}, {Device::Cuda, "cuda"}};
 const Named<Precision> kPrecisions[] = {{Precision::F32, "f32"}, {Precision::BF16, "bf16"}, {Precision::F16, "f16"}};
 

@@ -1,5 +1,7 @@
 // The engine: continuous batching over the forward pass. Sequences join (prefill) at the next step
-// after submit(), decode one token per step, and leave the batch when they finish.
+// after submit(), decode one token per step, and leave the batch when they finish. On a table that
+// decodes requests alone (OpsInfo::requests_alone: the deterministic mode) a sequence joins only
+// when the batch is empty, so every request runs as a batch of 1, in submission order.
 #include "repro/engine/engine.hpp"
 
 #include <algorithm>
@@ -44,7 +46,9 @@ struct Engine::Impl {
   int64_t generated = 0;
   std::vector<TokenRow> rows;
 
-  Impl(const Model& m, EngineOptions o) : model(m), opts(o), fwd(m, o) {}
+  bool alone;  // the table decodes one request at a time
+
+  Impl(const Model& m, EngineOptions o) : model(m), opts(o), fwd(m, o), alone(fwd.describe().requests_alone) {}
 };
 
 Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<Impl>(model, opts)) {}
@@ -111,8 +115,13 @@ bool Engine::cancel(int handle) {
 
 std::vector<int> Engine::step() {
   Impl& I = *impl_;
-  for (auto& s : I.pending) I.active.push_back(std::move(s));
-  I.pending.clear();
+  if (!I.alone) {
+    for (auto& s : I.pending) I.active.push_back(std::move(s));
+    I.pending.clear();
+  } else if (I.active.empty() && !I.pending.empty()) {  // alone: the next request joins an empty batch
+    I.active.push_back(std::move(I.pending.front()));
+    I.pending.erase(I.pending.begin());
+  }
   if (I.active.empty()) return {};
 
   // ---- rows of this step: the whole prompt of each new sequence, one token of each other ----

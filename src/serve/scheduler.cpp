@@ -42,6 +42,7 @@ Scheduler::~Scheduler() { drain(Clock::now()); }
 
 void Scheduler::start() {
   engine_ = std::make_unique<Engine>(model_, eopts_);
+  if (engine_->describe().requests_alone) max_batch_ = 1;  // deterministic: every request decodes alone
   started_ = true;
   thread_ = std::thread([this] { loop(); });
 }

@@ -35,7 +35,7 @@ struct PlanOption {
   void (*set)(PlanOptions&, const nlohmann::json&) = nullptr;
   // One value (one list entry for list types) that is valid, else false. `valid` says what is.
   bool (*valid_value)(const nlohmann::json&) = nullptr;
-  const char* valid;        // "an integer from 1 to 1000000", "default or batch-invariant"
+  const char* valid;        // "an integer from 1 to 1000000", "default, batch-invariant or deterministic"
   bool may_be_empty = false;  // list types: an empty list is valid (thresholds.modes: all modes)
 
   // The flag's long name ("--repeats").

@@ -9,7 +9,7 @@
 
 namespace repro {
 
-const char* mode_name(Mode m);            // "default" / "batch-invariant"
+const char* mode_name(Mode m);            // "default" / "batch-invariant" / "deterministic"
 const char* device_name(Device d);        // "cpu" / "cuda"
 const char* precision_name(Precision p);  // "f32" / "bf16" / "f16"
 // Parse the text form; UsageError names the flag and lists the allowed values.

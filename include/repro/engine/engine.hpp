@@ -83,7 +83,8 @@ struct EngineOptions {
 // Continuous batching: submit() adds a sequence (it is prefilled at the next step()), step() runs one
 // forward pass over every active sequence, and a sequence leaves the batch when it finishes, so later
 // steps see a smaller batch. The position of a sequence in the batch is its submission order among
-// the active ones.
+// the active ones. In Mode::Deterministic a sequence joins only when the batch is empty: every
+// request is decoded alone, in submission order (the others wait; their latency includes the wait).
 class Engine {
  public:
   Engine(const Model& model, EngineOptions opts);
@@ -97,7 +98,7 @@ class Engine {
   // One forward step over all active sequences. Returns the handles that finished in this step.
   std::vector<int> step();
   bool busy() const;                  // any active sequence
-  int active() const;                 // sequences in the batch now
+  int active() const;                 // sequences in the batch now or waiting to join it
   const GenResult& result(int handle) const;  // valid once the handle finished
   GenResult take_result(int handle);  // moves it out and frees the slot's bookkeeping
   // Drops a queued or decoding sequence (its client went away): it leaves the batch before the next

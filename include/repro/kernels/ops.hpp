@@ -1,7 +1,7 @@
 // The op table: everything the forward pass asks of a device, in one small interface.
 //
-// One table per (device, mode): cpu-default and cpu-batch-invariant today (kernels/ops_cpu.cpp);
-// cuda-default and cuda-batch-invariant register here when the CUDA backend has its kernels. The
+// One table per (device, mode): cpu-default, cpu-batch-invariant and cpu-deterministic
+// (kernels/ops_cpu.cpp); cuda-default and cuda-batch-invariant (kernels/ops_cuda.cpp). The
 // forward pass (src/engine/forward.cpp) is written once against this interface, and nothing above
 // it branches on device or mode: make_ops() is the one place that turns (device, mode) into a table.
 // The kernel harness (tests/unit-kernels-harness.cpp) runs every op of every table that
@@ -32,7 +32,11 @@
 namespace repro {
 
 enum class Device { Cpu, Cuda };
-enum class Mode { Default, BatchInvariant };
+// default: the fastest path per shape; batch-invariant: one reduction order per output element;
+// deterministic: what frameworks' deterministic switches amount to: the reference-order kernels
+// (plain loops, the order batch-invariant reproduces), one thread, and the engine decodes every
+// request alone (batch 1, no batch mates). Slow on purpose: it prices the strictest option.
+enum class Mode { Default, BatchInvariant, Deterministic };
 // Where activations are stored between ops (outputs of matmul, attention and norms; the KV cache).
 // Kernels accumulate in f32 either way; rounding is element-wise (round to nearest even), so a
 // batch-invariant table stays bitwise batch-invariant at every precision.
@@ -104,10 +108,13 @@ struct KvRow {
 struct OpsInfo {
   std::string name;     // "cpu-batch-invariant"
   std::string device;   // "cpu" / "cuda"
-  std::string mode;     // "default" / "batch-invariant"
+  std::string mode;     // "default" / "batch-invariant" / "deterministic"
   std::string isa;      // CPU: "avx2+fma" or "portable"; GPU: device name and compute capability
   std::string library;  // what the matmul calls: "OpenBLAS 0.3.21 ..." or "own kernels"
   int threads = 1;
+  // The engine decodes one request at a time on this table (batch 1, no batch mates): the
+  // deterministic tables. A scheduling property of the table, so the engine never branches on mode.
+  bool requests_alone = false;
 };
 
 class Ops {
@@ -199,6 +206,7 @@ std::vector<TableSpec> available_op_tables();
 
 // THE factory: the only place that turns (device, mode) into kernels. Throws BackendError with a
 // one-line reason when the device is not available (a build without CUDA, no GPU, no tables yet).
+// Mode::Deterministic runs one thread whatever `threads` says (describe().threads is 1).
 std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads);
 
 // Element-wise rounding of one value to precision p and back (shared by every backend).
