@@ -49,6 +49,8 @@ Completion mk(const std::string& prompt, const std::string& mode, std::vector<in
   c.completion_tokens = static_cast<int>(c.tokens.size());
   c.prompt_tokens = 5;
   c.tokens_per_s = c.completion_tokens / latency;
+  c.batch_tokens = static_cast<int64_t>(c.completion_tokens) * bs;  // the cell's work: probe and batch mates
+  c.batch_seconds = latency;
   return c;
 }
 
@@ -249,7 +251,7 @@ TEST_CASE("schema: every structure maps to JSON and back through nlohmann/json")
   c.error = "";
   c.attempts = 3;
   nlohmann::json j = c;
-  CHECK(j.size() == 33);  // with precision and the per-step records: margins, margins_rel, top_k, top_ids, top_logprobs
+  CHECK(j.size() == 35);  // with precision, the per-step records (margins, margins_rel, top_k, top_ids, top_logprobs) and batch_tokens, batch_seconds
   CHECK(j["decoding"] == "t0.7-s3");
   CHECK(j["logprobs"][1].is_null());  // -inf has no JSON form
   Completion back = j.get<Completion>();

@@ -19,6 +19,7 @@
 #include "repro/audit/drift.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/engine/json_schema.hpp"
+#include "repro/audit/tradeoff.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -753,6 +754,8 @@ void analyze(AuditReport& r) {
   for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases);
   if (schema)
     for (auto& ms : r.summary.modes) summarize_structured(ms, r.cases, all);
+  // The trade-off table: each approach's speed relative to default and its reproducibility (tradeoff.cpp).
+  compute_tradeoff(r);
 }
 
 // ============================================================================ repro command

@@ -269,6 +269,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.finish_reason = g.finish_reason;
             c.latency_s = g.latency_s;
             c.tokens_per_s = g.latency_s > 0 ? g.tokens.size() / g.latency_s : 0;
+            c.batch_tokens = run.generated_tokens;  // the whole cell: probe and batch mates
+            c.batch_seconds = run.seconds;
             c.prompt_tokens = g.prompt_tokens;
             c.completion_tokens = static_cast<int>(g.tokens.size());
             diverged.add(c);

@@ -444,6 +444,11 @@ std::string to_html(const AuditReport& r) {
                      esc(m.verdict), m.gate == "pass" ? "good" : m.gate == "fail" ? "bad" : "", esc(m.gate));
   }
   o += "</table>\n";
+  o += "<h2>Trade-off: approaches to reproducibility, measured in this run</h2>\n<p class=\"meta\">Throughput is "
+       "each cell's tokens/s (probe and batch mates) relative to default greedy's mean in the same context; "
+       "reproducibility is over the approach's cases on the same prompts. The published estimates are for "
+       "comparison only; rows this run did not include are not measured.</p>\n";
+  o += html_table(tradeoff_table(r), "tradeoff");
   o += html_drift_sections(r);
   o += html_structured_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {

@@ -104,6 +104,13 @@ std::string to_junit(const AuditReport& r) {
     body += "  </testsuite>\n";
     tests += t, failures += f, errors += e;
   }
+  if (!r.tradeoff.empty()) {  // the trade-off table as properties of a suite without testcases: measurements, not tests
+    body += "  <testsuite name=\"repro-audit.tradeoff\" tests=\"0\" failures=\"0\" errors=\"0\" skipped=\"0\" "
+            "time=\"0.000\">\n    <properties>\n";
+    for (const auto& t : r.tradeoff)
+      body += fmt::format("      <property name=\"tradeoff.{}\" value=\"{}\"/>\n", xml(t.approach), xml(tradeoff_line(t)));
+    body += "    </properties>\n  </testsuite>\n";
+  }
   if (r.baseline) {  // `run --baseline`: drift from the golden report is a failing testcase
     const BaselineResult& b = *r.baseline;
     std::string tc = fmt::format("    <testcase classname=\"repro-audit.baseline\" name=\"drift against {}\" time=\"0.000\"",

@@ -135,6 +135,11 @@ std::string to_markdown(const AuditReport& r) {
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) o += "- **Finding:** " + cell(m.drift_size.finding) + "\n";
   o += "\n";
+  o += "## Trade-off: approaches to reproducibility, measured in this run\n\n";
+  o += "Throughput is each cell's tokens/s (probe and batch mates) relative to default greedy's mean in the same "
+       "context; reproducibility is over the approach's cases on the same prompts. The published estimates are "
+       "for comparison only; rows this run did not include are not measured.\n\n";
+  o += md_table(tradeoff_table(r));
   o += md_drift_sections(r);
   o += md_structured_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {

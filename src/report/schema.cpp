@@ -80,6 +80,8 @@ void describe(V& v, T& x) {
   v("latency_s", x.latency_s);
   v("ttft_s", x.ttft_s);
   v("tokens_per_s", x.tokens_per_s);
+  v("batch_tokens", x.batch_tokens);
+  v("batch_seconds", x.batch_seconds);
   v("prompt_tokens", x.prompt_tokens);
   v("completion_tokens", x.completion_tokens);
   v("system_fingerprint", x.system_fingerprint);
@@ -271,6 +273,31 @@ void describe(V& v, T& x) {
   v("max_tokens_per_s", x.max_tokens_per_s);
 }
 
+template <class V, Is<TradeoffRow> T>
+void describe(V& v, T& x) {
+  v("approach", x.approach);
+  v("mode", x.mode);
+  v("decoding", x.decoding);
+  v("precision", x.precision);
+  v("measured", x.measured);
+  v("note", x.note);
+  v("cases", x.cases);
+  v("n_min", x.n_min);
+  v("n_max", x.n_max);
+  v("tarr", x.tarr);
+  v("tara", x.tara);
+  v("token_differ", x.token_differ);
+  v("bit_differ", x.bit_differ);
+  v("max_dlogprob", x.max_dlogprob);
+  v("mean_dlogprob", x.mean_dlogprob);
+  v("speed_n", x.speed_n);
+  v("speed_mean", x.speed_mean);
+  v("speed_sd", x.speed_sd);
+  v("speed_min", x.speed_min);
+  v("speed_max", x.speed_max);
+  v("tokens_per_s", x.tokens_per_s);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -337,6 +364,7 @@ void describe(V& v, T& x) {
   v("cases", x.cases);
   v("cross_mode", x.cross_mode);
   v("throughput", x.throughput);
+  v("tradeoff", x.tradeoff);
   v("completions", x.completions);
   v("environment", x.environment, kEmptyObjectIfNull);  // free-form, written by the runner
   v("prompts", x.prompts);

@@ -169,6 +169,30 @@ std::string to_terminal(const AuditReport& r) {
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) out += "finding: " + m.drift_size.finding + "\n";
   out += structured_terminal(r);
+  if (!r.tradeoff.empty()) {
+    const std::string prec = r.tradeoff.front().precision;
+    out += fmt::format("trade-off{}: throughput vs default (mean ±sd over n cells), reproducibility; "
+                       "published estimates for comparison\n",
+                       prec.empty() ? "" : " (" + prec + ")");
+    out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", "approach", "throughput", "N", "TARr@N",
+                       "TARa@N", "tok!=ref", "|dlogprob|", "published");
+    for (const auto& t : r.tradeoff) {
+      if (!t.measured) {
+        out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", t.approach, "not measured", "-",
+                           "-", "-", "-", "-", tradeoff_published(t.approach));
+        continue;
+      }
+      const std::string speed = t.speed_mean ? fmt::format("{:.2f}x ±{:.2f} (n {})", *t.speed_mean,
+                                                           t.speed_sd.value_or(0), t.speed_n)
+                                             : "not measured";
+      const std::string n = t.n_min == t.n_max ? std::to_string(t.n_min) : fmt::format("{}-{}", t.n_min, t.n_max);
+      auto share = [](const Rate& q) { return q.n > 0 ? fmt::format("{}/{}", q.k, q.n) : std::string("-"); };
+      out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", t.approach, speed, n,
+                         t.tarr.n > 0 ? fmt_percent(static_cast<double>(t.tarr.k) / t.tarr.n) : "-",
+                         t.tara ? fmt_percent(static_cast<double>(t.tara->k) / std::max(1, t.tara->n)) : "no extractor",
+                         share(t.token_differ), fmt_dlogprob(t.max_dlogprob), tradeoff_published(t.approach));
+    }
+  }
   auto kinds = error_kinds(r);
   if (!kinds.empty()) {
     out += "errors (first of each kind):\n";

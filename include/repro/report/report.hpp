@@ -82,6 +82,15 @@ TextTable structured_mode_table(const AuditReport& r);  // per mode: schema-vali
 TextTable retry_table(const AuditReport& r);         // --retry-invalid: before vs after, extra requests/tokens (empty without)
 TextTable field_agreement_table(const AuditReport& r);  // per mode and JSON path: cases whose completions agree
 std::string structured_case_text(const CaseResult& c);  // one line per case (empty without schema or paths)
+// The trade-off table shared by every writer (src/report/tradeoff_text.cpp): one row per approach
+// (default, batch-invariant, deterministic, controlled sampling) with its measured throughput
+// relative to default, TARr@N, TARa@N, share differing from the reference, drift size, how it was
+// measured, and the published estimate beside it; rows the run did not include say "not measured".
+TextTable tradeoff_table(const AuditReport& r);
+// The published estimates the table is set against ("~40% slower, ~95% reproducible"), per approach.
+std::string tradeoff_published(const std::string& approach);
+// One line per approach for the terminal and JUnit properties: "deterministic: speed 0.05x ±0.01 ...".
+std::string tradeoff_line(const TradeoffRow& row);
 // Terms used by the reports, with their definitions.
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
 
