@@ -2,7 +2,8 @@
 // Answers /v1/chat/completions, /v1/completions and Azure's /openai/deployments/<d>/... with a
 // deterministic text derived from the prompt (and the seed when temperature > 0), token ids and
 // chosen-token logprobs, streamed (SSE) or not; or injects a fault: 429 + Retry-After, 500, 400,
-// slow responses, hangs, cut streams, streams without end, garbage JSON, empty choices, resets.
+// slow responses, hangs, cut streams, streams without end, garbage JSON, empty choices, resets; or
+// replays cached responses (same id, X-Cache / Age headers) like a caching gateway.
 // Records what it received (path, query, auth headers, body) and counts concurrent requests.
 // Started and stopped by the test that owns it; every wait inside is bounded.
 #pragma once
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -68,6 +70,11 @@ struct FaultServerOptions {
   // Echo the received API key in "id", "model" and "system_fingerprint" with every character
   // written as a JSON \u escape: the raw body never contains the key, the parsed strings do.
   bool echo_key_escaped = false;
+  // ---- a response cache in front of the model (non-streamed requests): an identical request body
+  // gets the first response again, id included, at once
+  bool response_cache = false;
+  double cache_miss_s = 0;          // a miss waits this long first (the generation a hit skips)
+  bool cache_headers = true;        // hits carry "X-Cache: HIT" and "Age: 1"; misses "X-Cache: MISS"
 };
 
 struct SeenRequest {
@@ -322,6 +329,17 @@ class FaultServer {
     const bool chat = req.path.find("chat/completions") != std::string::npos;
     const std::string prompt = prompt_of(body);
     const bool stream = body.value("stream", false);
+    const std::string cache_key = req.path + " " + body.dump();
+    if (opt_.response_cache && !stream) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = cache_.find(cache_key); it != cache_.end()) {
+        if (opt_.cache_headers) {
+          res.set_header("X-Cache", "HIT");
+          res.set_header("Age", "1");
+        }
+        return res.set_content(it->second, "application/json");
+      }
+    }
     const Fault f = pick(prompt);
     switch (f) {
       case Fault::http429:
@@ -420,6 +438,12 @@ class FaultServer {
                           {"created", created}, {"model", model}, {"system_fingerprint", fp},
                           {"choices", nlohmann::json::array({choice})},
                           {"usage", {{"prompt_tokens", 3}, {"completion_tokens", ids.size()}, {"total_tokens", 3 + ids.size()}}}};
+      if (opt_.response_cache) {
+        nap(opt_.cache_miss_s);
+        if (opt_.cache_headers) res.set_header("X-Cache", "MISS");
+        std::lock_guard<std::mutex> l(mu_);
+        cache_.emplace(cache_key, echoed(r.dump()));
+      }
       res.set_content(echoed(r.dump()), "application/json");
       return;
     }
@@ -490,6 +514,7 @@ class FaultServer {
   std::vector<Rule> rules_;
   std::vector<SeenRequest> seen_;
   std::vector<double> arrivals_;
+  std::map<std::string, std::string> cache_;  // response_cache: request -> first response body
 };
 
 }  // namespace repro::test

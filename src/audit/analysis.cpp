@@ -20,6 +20,8 @@
 #include "repro/audit/stats.hpp"
 #include "repro/engine/json_schema.hpp"
 #include "repro/audit/tradeoff.hpp"
+#include "repro/audit/response_cache.hpp"
+#include "repro/audit/variants.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -265,7 +267,7 @@ namespace {
 
 bool is_remote(const Completion& c) {
   return !c.cache_state.empty() || !c.response_id.empty() || !c.system_fingerprint.empty() ||
-         !c.response_model.empty();
+         !c.response_model.empty() || !c.cache_header.empty();
 }
 
 std::string output_hash(const Completion& c) {
@@ -756,6 +758,8 @@ void analyze(AuditReport& r) {
     for (auto& ms : r.summary.modes) summarize_structured(ms, r.cases, all);
   // The trade-off table: each approach's speed relative to default and its reproducibility (tradeoff.cpp).
   compute_tradeoff(r);
+  analyze_variants(r);        // prompt variants per variant and per task (src/audit/variants.cpp)
+  analyze_response_cache(r);  // signs of replayed cached responses per endpoint (src/audit/response_cache.cpp)
 }
 
 // ============================================================================ repro command

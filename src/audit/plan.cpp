@@ -188,7 +188,10 @@ PlanOptions plan_from_report(const AuditReport& r) {
     nlohmann::json messages;
     if (const nlohmann::json* pm = at_key(j, "prompt_messages"); pm && pm->is_object() && pm->contains(it->first))
       messages = pm->at(it->first);
-    o.prompts.push_back(Prompt{it->first, it->second, messages});
+    Prompt p{it->first, it->second, messages, "", ""};
+    for (const auto& pv : r.prompt_variants)
+      if (pv.prompt_id == p.id) p.task = pv.task, p.variant = pv.variant;
+    o.prompts.push_back(std::move(p));
   }
   return o;
 }
@@ -239,7 +242,7 @@ void validate_plan(const PlanOptions& o, int context_length) {
 
 std::string prompt_id_for(const std::string& text) { return "p-" + sha256_hex(text).substr(0, 10); }
 
-Prompt prompt_from_text(const std::string& text) { return Prompt{prompt_id_for(text), text, nullptr}; }
+Prompt prompt_from_text(const std::string& text) { return Prompt{prompt_id_for(text), text, nullptr, "", ""}; }
 
 std::vector<Prompt> builtin_prompts() {
   return {prompt_from_text("Once upon a time"), prompt_from_text("The little dog was"),
@@ -254,6 +257,7 @@ std::vector<Prompt> prompts_from_file(const std::string& path) {
   std::string line;
   int lineno = 0;
   std::set<std::string> ids;
+  std::map<std::pair<std::string, std::string>, int> variant_lines;  // (task, variant) -> line
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -291,6 +295,25 @@ std::vector<Prompt> prompts_from_file(const std::string& path) {
         p.text = render_chat(p.messages, where);
       } else {
         throw UsageError(where + ": needs a \"prompt\" string or a \"messages\" array");
+      }
+      // Variants of a task: {"task": ..., "variant": ..., "prompt"|"messages": ...}
+      const bool has_task = j.contains("task"), has_variant = j.contains("variant");
+      if (has_variant && !has_task)
+        throw UsageError(where + ": \"variant\" without \"task\"; name the task this prompt is a variant of, e.g. "
+                                 "{\"task\": \"contract-extraction\", \"variant\": \"free-form\", \"prompt\": ...}");
+      if (has_task && !has_variant)
+        throw UsageError(where + ": \"task\" without \"variant\"; name this variant of the task, e.g. \"variant\": \"structured\"");
+      if (has_task) {
+        for (const char* k : {"task", "variant"})
+          if (!j[k].is_string() || trim(j[k].get<std::string>()).empty())
+            throw UsageError(where + ": \"" + k + "\" must be a non-empty string");
+        p.task = j["task"].get<std::string>();
+        p.variant = j["variant"].get<std::string>();
+        auto [it, fresh] = variant_lines.emplace(std::make_pair(p.task, p.variant), lineno);
+        if (!fresh)
+          throw UsageError(where + ": task '" + p.task + "' variant '" + p.variant + "' already appears on line " +
+                           std::to_string(it->second) + "; give each variant of a task its own name");
+        if (p.id.empty()) p.id = p.task + "/" + p.variant;
       }
       if (p.id.empty()) p.id = prompt_id_for(p.text);
       out.push_back(std::move(p));

@@ -62,6 +62,9 @@ void record_provenance(AuditReport& report, const PlanOptions& plan, const Model
   report.answer_regex = plan.answer_regex;
   report.answer_json_path = plan.answer_json_path;
   for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
+  report.prompt_variants.clear();
+  for (const auto& p : plan.prompts)
+    if (!p.task.empty()) report.prompt_variants.push_back({p.id, p.task, p.variant});
   report.environment = environment_record(plan.threads);
   if (model) {
     report.environment["model"] = model_identity(*model, model_path);

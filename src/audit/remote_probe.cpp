@@ -30,6 +30,7 @@ Completion completion_from(const RemoteResult& res) {
   c.response_model = r.model;
   c.response_id = r.id;
   c.created = r.created;
+  c.cache_header = res.cache_header;
   c.prompt_tokens = std::max(0, r.prompt_tokens);
   if (r.completion_tokens >= 0)
     c.completion_tokens = r.completion_tokens;

@@ -353,7 +353,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance, tradeoff) or JSON path")
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
-  s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}) or OpenAI Batch API input");
+  s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}; variants of a task: {task, variant, prompt|messages}, compared in the report) or OpenAI Batch API input");
   for (const auto& opt : plan_options()) {  // one flag per plan option with a flag
     if (!*opt.flag) continue;
     if (opt.type == OptionType::Bool) {

@@ -123,6 +123,32 @@ void validate_endpoint(const EndpointSpec& s) {
     throw UsageError(who + ": --extra-body must be a JSON object, e.g. '{\"top_k\": 1}'");
 }
 
+// ---------------------------------------------------------------- cache headers
+
+std::string cache_hit_header(std::string_view line) {
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return {};
+  std::string name(trim(std::string(line.substr(0, colon))));
+  std::string value(trim(std::string(line.substr(colon + 1))));
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  while (!value.empty() && (value.back() == '\r' || value.back() == '\n')) value.pop_back();
+  if (name.empty() || value.empty() || value.size() > 200) return {};
+  std::string upper = value;
+  for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  bool hit = false;
+  if (name == "age") {
+    // Age: seconds the response spent in a cache (RFC 9111); above 0 it came from one.
+    hit = value.find_first_not_of("0123456789") == std::string::npos && value.find_first_not_of('0') != std::string::npos;
+  } else if (name == "x-cache" || name == "x-cache-status" || name == "x-proxy-cache" || name == "x-vercel-cache" ||
+             name == "helicone-cache" || ends_with("cache-status")) {
+    hit = upper.find("HIT") != std::string::npos || upper.find("STALE") != std::string::npos;
+  }
+  return hit ? name + ": " + value : std::string();
+}
+
 // ---------------------------------------------------------------- stats
 
 void RemoteStats::merge(const RemoteStats& o) {
@@ -177,6 +203,7 @@ struct Transfer {
   std::vector<std::string> events;
   double t0 = 0, t_first_token = -1, last_activity = 0;
   double retry_after = -1;
+  std::string cache_header;  // cache-hit headers of the response (cache_hit_header), "; "-joined
   size_t received = 0;  // body bytes so far, streamed or not (bounded by spec.max_response_bytes)
   bool timed_out = false, too_big = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
@@ -211,6 +238,9 @@ struct RemoteClient::Impl {
     std::string_view h(p, len);
     if (h.size() > 12 && strncasecmp(h.data(), "retry-after:", 12) == 0)
       t->retry_after = parse_retry_after(h.substr(12), static_cast<int64_t>(std::time(nullptr)));
+    if (h.size() > 5 && strncasecmp(h.data(), "HTTP/", 5) == 0) t->cache_header.clear();  // a new response's headers
+    if (std::string hit = cache_hit_header(h); !hit.empty() && t->cache_header.size() < 512)
+      t->cache_header += (t->cache_header.empty() ? "" : "; ") + hit;
     return len;
   }
 
@@ -392,6 +422,7 @@ struct RemoteClient::Impl {
     double latency = now - t->t0;
     double ttft = t->t_first_token >= 0 ? t->t_first_token - t->t0 : 0;
     double retry_after = t->retry_after;
+    std::string cache_header = std::move(t->cache_header);
     long status = t->status;
     std::unique_ptr<Job> job = std::move(t->job);
     release(t);
@@ -421,6 +452,7 @@ struct RemoteClient::Impl {
       res.response.text = scrub_secret(res.response.text, spec().api_key);
       res.latency_s = latency;
       res.ttft_s = ttft;
+      res.cache_header = scrub_secret(cache_header, spec().api_key);
     } else {
       ++st.failed;
       ++st.final_errors[cause_name(cause)];

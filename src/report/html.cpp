@@ -384,6 +384,25 @@ std::string html_structured_sections(const AuditReport& r) {
   return o;
 }
 
+// Prompt variants per task, and the response-cache signs of endpoints (src/report/variants_text.cpp).
+std::string html_variant_sections(const AuditReport& r) {
+  std::string o;
+  if (!r.variants.empty()) {
+    o += "<h2>Prompt variants</h2>\n<p>" + esc(variants_intro()) + "</p>\n" + html_table(variants_table(r), "variants");
+    o += "<ul id=\"variant-findings\">\n";
+    for (const auto& f : variant_findings(r)) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";
+    o += "</ul>\n";
+  }
+  auto cache = response_cache_table(r);
+  if (!cache.rows.empty()) {
+    o += "<h2>Response cache</h2>\n<p>" + esc(response_cache_intro()) + "</p>\n" + html_table(cache, "response-cache");
+    o += "<ul id=\"cache-findings\">\n";
+    for (const auto& f : response_cache_findings(r)) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";
+    o += "</ul>\n";
+  }
+  return o;
+}
+
 std::string html_glossary(const AuditReport& r) {
   std::string o = "<h2>Glossary</h2>\n<dl id=\"glossary\">\n";
   for (const auto& [term, def] : glossary(r)) o += "<dt>" + esc(term) + "</dt><dd>" + esc(def) + "</dd>\n";
@@ -451,6 +470,7 @@ std::string to_html(const AuditReport& r) {
   o += html_table(tradeoff_table(r), "tradeoff");
   o += html_drift_sections(r);
   o += html_structured_sections(r);
+  o += html_variant_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {
     o += "<h2>Errors (first of each kind)</h2>\n<table id=\"errors\"><tr><th>mode</th><th>kind</th><th>count</th>"
          "<th>first message</th></tr>\n";

@@ -93,6 +93,23 @@ std::string md_structured_sections(const AuditReport& r) {
 }
 
 
+// Prompt variants per task, and the response-cache signs of endpoints (src/report/variants_text.cpp).
+std::string md_variant_sections(const AuditReport& r) {
+  std::string o;
+  if (!r.variants.empty()) {
+    o += "## Prompt variants\n\n" + cell(variants_intro()) + "\n\n" + md_table(variants_table(r));
+    for (const auto& f : variant_findings(r)) o += "- **Finding:** " + cell(f) + "\n";
+    o += "\n";
+  }
+  auto cache = response_cache_table(r);
+  if (!cache.rows.empty()) {
+    o += "## Response cache\n\n" + cell(response_cache_intro()) + "\n\n" + md_table(cache);
+    for (const auto& f : response_cache_findings(r)) o += "- **Finding:** " + cell(f) + "\n";
+    o += "\n";
+  }
+  return o;
+}
+
 }  // namespace
 
 std::string to_markdown(const AuditReport& r) {
@@ -142,6 +159,7 @@ std::string to_markdown(const AuditReport& r) {
   o += md_table(tradeoff_table(r));
   o += md_drift_sections(r);
   o += md_structured_sections(r);
+  o += md_variant_sections(r);
   if (auto kinds = error_kinds(r); !kinds.empty()) {
     o += "## Errors (first of each kind)\n\n| mode | kind | count | first message |\n|---|---|---:|---|\n";
     for (const auto& e : kinds)

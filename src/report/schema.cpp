@@ -88,6 +88,7 @@ void describe(V& v, T& x) {
   v("response_model", x.response_model);
   v("response_id", x.response_id);
   v("created", x.created);
+  v.only_if(!x.cache_header.empty(), "cache_header", x.cache_header);  // endpoints: a cache reported a hit
   v("error", x.error);
   v("attempts", x.attempts);
   // structured output only: the schema check, and the retries' record when there were any
@@ -298,6 +299,17 @@ void describe(V& v, T& x) {
   v("tokens_per_s", x.tokens_per_s);
 }
 
+template <class V, Is<ResponseCacheSigns> T>
+void describe(V& v, T& x) {
+  v("completions", x.completions);
+  v("header_hits", x.header_hits);
+  v("repeated_ids", x.repeated_ids);
+  v("fast_replays", x.fast_replays);
+  v("replayed", x.replayed);
+  v("headers", x.headers);
+  v("finding", x.finding);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -317,6 +329,40 @@ void describe(V& v, T& x) {
   v("failed_requests", x.failed_requests);
   v("error_rate", x.error_rate);
   v.only_if(x.structured.has_value(), "structured", x.structured);  // plan with a JSON Schema only
+  v.only_if(x.response_cache.has_value(), "response_cache", x.response_cache);  // endpoints only
+}
+
+template <class V, Is<PromptVariant> T>
+void describe(V& v, T& x) {
+  v("prompt_id", x.prompt_id);
+  v("task", x.task);
+  v("variant", x.variant);
+}
+
+template <class V, Is<VariantResult> T>
+void describe(V& v, T& x) {
+  v("task", x.task);
+  v("variant", x.variant);
+  v("prompt_id", x.prompt_id);
+  v("cases", x.cases);
+  v("completions", x.completions);
+  v("errors", x.errors);
+  v("tarr", x.tarr);
+  v.only_if(x.tara.has_value(), "tara", x.tara);  // with an answer extractor only
+  v("token_differ", x.token_differ);
+  v("bit_differ", x.bit_differ);
+  v("mean_unique", x.mean_unique);
+  v("rank", x.rank);
+}
+
+template <class V, Is<TaskVariants> T>
+void describe(V& v, T& x) {
+  v("task", x.task);
+  v("overall", x.overall);
+  v("variants", x.variants);
+  v("best", x.best);
+  v("significant", x.significant);
+  v("finding", x.finding);
 }
 
 template <class V, Is<BaselineResult> T>
@@ -370,6 +416,8 @@ void describe(V& v, T& x) {
   v("prompts", x.prompts);
   v("token_text", x.token_text);
   v.only_if(x.baseline.has_value(), "baseline", x.baseline);  // run --baseline only
+  v.only_if(!x.prompt_variants.empty(), "prompt_variants", x.prompt_variants);  // prompts file with variants
+  v.only_if(!x.variants.empty(), "variants", x.variants);
 }
 
 struct Writer;

@@ -1,6 +1,7 @@
 // Terminal summary, drift between two reports, and small formatting helpers shared by the writers.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -69,6 +70,40 @@ std::string upper(std::string s) {
   for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   return s;
 }
+// A plain-text table with aligned columns, indented by two spaces.
+std::string aligned(const TextTable& t) {
+  std::vector<size_t> w(t.head.size(), 0);
+  auto widen = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < w.size(); ++i) w[i] = std::max(w[i], row[i].size());
+  };
+  widen(t.head);
+  for (const auto& row : t.rows) widen(row);
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string l;
+    for (size_t i = 0; i < row.size() && i < w.size(); ++i) l += "  " + row[i] + std::string(w[i] - row[i].size(), ' ');
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    return l + "\n";
+  };
+  std::string o = line(t.head);
+  for (const auto& row : t.rows) o += line(row);
+  return o;
+}
+
+// Prompt variants per task and the response-cache signs of endpoints (src/report/variants_text.cpp).
+std::string terminal_variant_sections(const AuditReport& r) {
+  std::string out;
+  if (!r.variants.empty()) {
+    out += "prompt variants:\n" + aligned(variants_table(r));
+    for (const auto& f : variant_findings(r)) out += "finding: " + f + "\n";
+  }
+  // The terminal shows the cache table only when some endpoint's responses look replayed.
+  if (auto findings = response_cache_findings(r); !findings.empty()) {
+    out += "response cache:\n" + aligned(response_cache_table(r));
+    for (const auto& f : findings) out += "finding: " + f + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string verdict_cause(const AuditReport& r) {
@@ -193,6 +228,7 @@ std::string to_terminal(const AuditReport& r) {
                          share(t.token_differ), fmt_dlogprob(t.max_dlogprob), tradeoff_published(t.approach));
     }
   }
+  out += terminal_variant_sections(r);
   auto kinds = error_kinds(r);
   if (!kinds.empty()) {
     out += "errors (first of each kind):\n";

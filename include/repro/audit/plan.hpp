@@ -15,6 +15,9 @@ struct Prompt {
   std::string id;        // stable: given id / custom_id, else "p-" + first 10 hex of SHA-256(text)
   std::string text;      // rendered text (chat messages through repro::render_chat)
   nlohmann::json messages;  // chat form when given (remote chat endpoints use it as is)
+  // Prompt variants (prompts file {"task", "variant", ...}): the task this prompt is a variant of and
+  // the variant's name; both empty for a plain prompt. Reports compare variants per task.
+  std::string task, variant;
 };
 
 // Every knob of a run; a profile sets some, flags override. Validated by validate_plan().
@@ -70,7 +73,11 @@ PlanOptions plan_from_report(const AuditReport& report);
 void validate_plan(const PlanOptions& o, int context_length);
 
 // Prompt sources. UsageError names the file and line.
-std::vector<Prompt> prompts_from_file(const std::string& path);  // .txt (one per line), .jsonl, batch API
+// .txt (one per line), .jsonl ({id, prompt|messages}, optionally grouped as variants of a task:
+// {task, variant, prompt|messages}; without an id a variant's id is "<task>/<variant>"), batch API.
+// A variant without a task, a task without a variant, or a (task, variant) pair given twice is an
+// error naming the file and line.
+std::vector<Prompt> prompts_from_file(const std::string& path);
 Prompt prompt_from_text(const std::string& text);
 std::string prompt_id_for(const std::string& text);
 // The built-in prompts used when neither the profile nor the flags give any.

@@ -61,6 +61,9 @@ struct Completion {
   // remote response metadata
   std::string system_fingerprint, response_model, response_id;
   int64_t created = 0;
+  // remote: the response headers that report it was served from a cache ("x-cache: HIT", "age: 31";
+  // see repro/audit/response_cache.hpp), joined by "; "; empty when none did
+  std::string cache_header;
   // failures are recorded, never counted as completions or divergence
   std::string error;              // non-empty: failed (cause)
   int attempts = 1;
@@ -270,6 +273,18 @@ struct TradeoffRow {
   double tokens_per_s = 0;        // the approach's batch tokens / batch seconds over its cells
 };
 
+// Signs that an endpoint replayed cached responses (repro/audit/response_cache.hpp): a response cache
+// hides nondeterminism instead of removing it. Counted over the endpoint's successful completions.
+struct ResponseCacheSigns {
+  int completions = 0;
+  int header_hits = 0;            // a response header reported a cache hit
+  int repeated_ids = 0;           // same response id and output as an earlier completion of the case
+  int fast_replays = 0;           // near-zero latency (kFastReplayShare / kFastReplayGapS) with a repeated output
+  Rate replayed;                  // completions with any of the three signs
+  std::vector<std::string> headers;   // distinct cache-hit header lines seen (at most 5)
+  std::string finding;            // one line; empty when nothing points to a cache
+};
+
 // Per mode/endpoint headline: reproducibility next to throughput relative to default.
 struct ModeSummary {
   std::string mode;
@@ -290,6 +305,7 @@ struct ModeSummary {
   int64_t failed_requests = 0;    // of those, failed after retries
   double error_rate = 0;          // failed_requests / requests (0 when none)
   std::optional<StructuredSummary> structured;  // plan with a JSON Schema only
+  std::optional<ResponseCacheSigns> response_cache;  // endpoints only
 };
 
 // How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
@@ -328,6 +344,37 @@ struct BaselineResult {
   std::vector<std::string> changes;         // one line per changed, added or removed case, verdict change
 };
 
+// Prompt variants (layer 3): a prompts file's {"task", "variant", "prompt"|"messages"} records.
+struct PromptVariant {
+  std::string prompt_id, task, variant;
+};
+
+// Reproducibility of one prompt variant (or of a whole task, variant empty) over its cases: every
+// decoding config x mode (or endpoint) x precision the plan ran the variant's prompt in.
+struct VariantResult {
+  std::string task, variant;
+  std::string prompt_id;          // the variant's prompt (empty for a task's row)
+  int cases = 0;
+  int completions = 0;
+  int errors = 0;
+  Rate tarr;                      // cases whose N raw outputs are all identical (TARr@N)
+  std::optional<Rate> tara;       // cases whose N answers agree (TARa@N); only with an answer extractor
+  Rate token_differ;              // completions differing in tokens from their case's reference
+  Rate bit_differ;                // completions differing bitwise from their case's reference
+  double mean_unique = 0;         // distinct outputs per case
+  int rank = 0;                   // 1 = most reproducible variant of its task (0 on a task's row)
+};
+
+// The variants of one task compared: the most reproducible one and whether the ranking is significant.
+struct TaskVariants {
+  std::string task;
+  VariantResult overall;          // the task over all its variants
+  std::vector<VariantResult> variants;  // in the prompts file's order
+  std::string best;               // the most reproducible variant
+  bool significant = false;       // best's token_differ interval is disjoint from every other variant's
+  std::string finding;            // one line, plain language
+};
+
 struct AuditReport {
   std::string schema = kReportSchema;
   std::string created;            // ISO-8601 UTC
@@ -348,6 +395,8 @@ struct AuditReport {
   double fragile_margin = 1e-3;   // a step is fragile when its relative top-2 logit margin is below this
   std::optional<BaselineResult> baseline;      // set by `run --baseline`; drift makes the verdict "drift"
   std::vector<TradeoffRow> tradeoff;           // filled by analyze(): always the four approaches
+  std::vector<PromptVariant> prompt_variants;  // prompts that are variants of a task (prompts file)
+  std::vector<TaskVariants> variants;          // filled by analyze() when prompt_variants is not empty
 };
 
 }  // namespace repro

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "repro/openai/protocol.hpp"
@@ -24,6 +25,12 @@ std::string load_api_key(const std::string& env_name, const std::string& file);
 // Checks the spec (url scheme http/https, api chat|completions, model set, timeouts > 0, ca_cert
 // readable); throws UsageError naming the flag and the fix.
 void validate_endpoint(const EndpointSpec& spec);
+
+// One response header line "name: value" (any case, trailing CR/LF allowed): the normalised
+// "name: value" (name lower-case) when it reports that a cache served the response, else empty.
+// Hits: x-cache, x-cache-status, x-proxy-cache, x-vercel-cache, helicone-cache and any name ending in
+// "cache-status" (cf-cache-status, ...) whose value contains HIT or STALE (any case); age above 0.
+std::string cache_hit_header(std::string_view line);
 
 // ---------------------------------------------------------------- the client
 
@@ -52,6 +59,7 @@ struct RemoteResult {
   uint64_t seed = 0;               // RequestParams::seed
   double latency_s = 0;            // last attempt: start to end
   double ttft_s = 0;               // streaming: start to the first generated text
+  std::string cache_header;        // cache-hit headers of the last attempt's response (cache_hit_header), "; "-joined
   int attempts = 1;
   std::string error;               // non-empty on failure: "<cause>: <detail> (after N attempts)"
   FailCause cause = FailCause::none;

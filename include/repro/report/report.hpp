@@ -91,6 +91,13 @@ TextTable tradeoff_table(const AuditReport& r);
 std::string tradeoff_published(const std::string& approach);
 // One line per approach for the terminal and JUnit properties: "deterministic: speed 0.05x ±0.01 ...".
 std::string tradeoff_line(const TradeoffRow& row);
+// ---- prompt variants and response-cache signs, shared by Markdown, HTML and terminal (src/report/variants_text.cpp)
+TextTable variants_table(const AuditReport& r);          // per task: one row per variant, then the task's row
+std::vector<std::string> variant_findings(const AuditReport& r);  // per task: the most reproducible variant
+std::string variants_intro();                            // how the table is computed and ranked
+TextTable response_cache_table(const AuditReport& r);    // one row per endpoint
+std::vector<std::string> response_cache_findings(const AuditReport& r);
+std::string response_cache_intro();                      // the three signs and the latency threshold
 // Terms used by the reports, with their definitions.
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
 

@@ -1,0 +1,26 @@
+// Response-cache awareness for endpoints. A gateway, proxy or provider that caches responses replays
+// the first answer to every identical request: the run then looks reproducible while the model
+// behind it is not. analyze() counts three signs per endpoint over its successful completions:
+//
+//  - a cache-hit header: x-cache, x-cache-status, x-proxy-cache, x-vercel-cache, helicone-cache or any
+//    header whose name ends in "cache-status" (cf-cache-status, ...) with a value containing HIT or
+//    STALE; or age with a value above 0 (the client keeps them: cache_hit_header in repro/remote/client.hpp);
+//  - a repeated response id: the same non-empty id and the same output as an earlier completion of
+//    the same case (real servers give every response its own id);
+//  - near-zero latency: a completion whose latency is at most kFastReplayShare of the slowest
+//    completion of its case and at least kFastReplayGapS below it, with the same output as another
+//    completion of the case (a replay skips the generation the slowest one paid for), counted only
+//    when the case has at least two such completions (a pattern, not one outlier).
+#pragma once
+#include "repro/audit/result.hpp"
+
+namespace repro {
+
+inline constexpr double kFastReplayShare = 0.05;  // at most 5% of the case's slowest latency
+inline constexpr double kFastReplayGapS = 0.1;    // and at least 100 ms faster than it
+
+// Fills summary.modes[].response_cache for every endpoint (modes whose completions came from an
+// endpoint); local modes keep it unset.
+void analyze_response_cache(AuditReport& report);
+
+}  // namespace repro

@@ -1,0 +1,89 @@
+// Signs of replayed cached responses per endpoint: see include/repro/audit/response_cache.hpp.
+#include "repro/audit/response_cache.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "repro/audit/stats.hpp"
+
+namespace repro {
+
+namespace {
+
+bool from_endpoint(const Completion& c) {
+  return !c.cache_state.empty() || !c.response_id.empty() || !c.system_fingerprint.empty() ||
+         !c.response_model.empty() || !c.cache_header.empty();
+}
+
+}  // namespace
+
+void analyze_response_cache(AuditReport& r) {
+  const auto& all = r.completions;
+  for (auto& m : r.summary.modes) {
+    m.response_cache.reset();
+    ResponseCacheSigns s;
+    bool endpoint = false;
+    std::set<int> replayed;
+    for (const auto& c : r.cases) {
+      if (c.mode != m.mode || c.precision != m.precision) continue;
+      // The case's successful completions with their output cluster, in the order they were recorded.
+      std::vector<std::pair<int, const Cluster*>> members;
+      for (const auto& cl : c.clusters)
+        for (int i : cl.members) members.emplace_back(i, &cl);
+      std::sort(members.begin(), members.end());
+      double slowest = 0;
+      for (const auto& [i, cl] : members) {
+        endpoint = endpoint || from_endpoint(all[i]);
+        slowest = std::max(slowest, all[i].latency_s);
+      }
+      // Near-zero latency counts as a pattern only: at least two such completions in the case.
+      auto fast = [&](int i, const Cluster* cl) {
+        return cl->count > 1 && all[i].latency_s <= kFastReplayShare * slowest &&
+               slowest - all[i].latency_s >= kFastReplayGapS;
+      };
+      const bool fast_pattern =
+          std::count_if(members.begin(), members.end(), [&](const auto& m) { return fast(m.first, m.second); }) >= 2;
+      std::set<std::pair<std::string, std::string>> ids;  // (response id, output hash) seen in this case
+      for (const auto& [i, cl] : members) {
+        const Completion& x = all[i];
+        ++s.completions;
+        if (!x.cache_header.empty()) {
+          ++s.header_hits;
+          replayed.insert(i);
+          if (s.headers.size() < 5 && std::find(s.headers.begin(), s.headers.end(), x.cache_header) == s.headers.end())
+            s.headers.push_back(x.cache_header);
+        }
+        if (!x.response_id.empty() && !ids.insert({x.response_id, cl->hash}).second) {
+          ++s.repeated_ids;
+          replayed.insert(i);
+        }
+        if (fast_pattern && fast(i, cl)) {
+          ++s.fast_replays;
+          replayed.insert(i);
+        }
+      }
+    }
+    if (!endpoint) continue;
+    s.replayed = wilson(static_cast<int>(replayed.size()), s.completions);
+    if (!replayed.empty()) {
+      std::string signs;
+      auto add = [&](int n, const std::string& what) {
+        if (n > 0) signs += (signs.empty() ? "" : "; ") + what + fmt::format(" on {}", n);
+      };
+      add(s.header_hits, "cache-hit header (" + (s.headers.empty() ? std::string() : s.headers[0]) + ")");
+      add(s.repeated_ids, "repeated response id");
+      add(s.fast_replays, fmt::format("near-zero latency (at most {:.0f}% of the case's slowest)", kFastReplayShare * 100));
+      s.finding = fmt::format(
+          "'{}': {} of {} completions look replayed from a response cache ({}); a cache hides nondeterminism instead of "
+          "removing it, so this endpoint's TARr@N says little about the model: turn the cache off or make each request "
+          "unique, then rerun",
+          mode_label(m.mode, m.precision), replayed.size(), s.completions, signs);
+    }
+    m.response_cache = std::move(s);
+  }
+}
+
+}  // namespace repro
