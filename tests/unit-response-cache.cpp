@@ -57,7 +57,8 @@ const ResponseCacheSigns& signs(const Run& r) {
 TEST_CASE("run --endpoint behind a caching gateway: replays found by header, id and latency, in every format") {
   test::FaultServerOptions o;
   o.response_cache = true;
-  o.cache_miss_s = 1.0;  // hits skip this: far beyond the 5% / 100 ms near-zero latency threshold
+  o.cache_miss_s = 3.0;  // hits skip this: far beyond the 5% / 100 ms near-zero latency threshold (loopback hits
+                         // can take ~40 ms: delayed ACKs)
   test::FaultServer s(o);
   Run r = run_against(s, "response-cache-hit");
   CAPTURE(r.stdout_text);
@@ -94,7 +95,7 @@ TEST_CASE("run --endpoint behind a caching gateway: replays found by header, id 
 TEST_CASE("a cache without headers is still found by its repeated ids and near-zero latency") {
   test::FaultServerOptions o;
   o.response_cache = true;
-  o.cache_miss_s = 1.0;
+  o.cache_miss_s = 3.0;
   o.cache_headers = false;
   test::FaultServer s(o);
   Run r = run_against(s, "response-cache-silent");
