@@ -303,7 +303,10 @@ struct UnionFind {
   }
 };
 
-bool numeric_factor(const std::string& f) { return f == "batch_size" || f == "concurrency" || f == "position" || f == "seed"; }
+bool numeric_factor(const std::string& f) {
+  return f == "batch_size" || f == "concurrency" || f == "position" || f == "seed" || f == "mate_join_step" ||
+         f == "mate_prompt_delta";
+}
 
 // Sorts factor values: numerically for numeric factors, otherwise as strings.
 void sort_values(const std::string& factor, std::vector<std::string>& v) {
@@ -480,6 +483,8 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
       {"batch_size", [](const Completion& c) { return std::to_string(c.batch_size); }},
       {"position", [](const Completion& c) { return std::to_string(c.position); }},
       {"filler_set", [](const Completion& c) { return c.filler_set; }},
+      {"mate_join_step", [](const Completion& c) { return std::to_string(c.mate_join_step); }},
+      {"mate_prompt_delta", [](const Completion& c) { return std::to_string(c.mate_prompt_delta); }},
       {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
   };
   static const F remote_factors[] = {
@@ -806,7 +811,13 @@ std::string repro_command(const AuditReport& r, const Completion& c) {
     cmd += " --seed " + std::to_string(c.seed);
   }
   cmd += " --batch-size " + std::to_string(c.batch_size) + " --position " + std::to_string(c.position);
-  if (c.batch_size > 1) cmd += " --filler-seed " + std::to_string(filler_seed + set);
+  if (c.batch_size > 1) {
+    cmd += " --filler-seed " + std::to_string(filler_seed + set);
+    if (c.mate_join_step > 0) cmd += " --mate-join-step " + std::to_string(c.mate_join_step);
+    if (c.mate_prompt_delta > 0) cmd += " --mate-prompt-delta " + std::to_string(c.mate_prompt_delta);
+    const int mate_tokens = r.plan.value("prompt_tokens", 0);
+    if (mate_tokens > 0) cmd += " --mate-prompt-tokens " + std::to_string(mate_tokens);
+  }
   return cmd + " --json";
 }
 

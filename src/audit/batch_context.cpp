@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "repro/audit/plan.hpp"
 #include "repro/common/error.hpp"
 
 namespace repro {
@@ -44,6 +48,17 @@ uint64_t next_u64(uint64_t& s) {  // splitmix64 stream
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+// story_tokens, remembered: a plan asks for the same batch-mate prompt in many cells.
+std::vector<int> mate_story(uint64_t seed, int n, const Tokenizer& tok) {
+  static std::mutex mu;
+  static std::map<std::tuple<const Tokenizer*, uint64_t, int>, std::vector<int>> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(&tok, seed, n);
+  auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  if (memo.size() > 64) memo.clear();
+  return memo[key] = story_tokens(seed, n, tok);
+}
 }  // namespace
 
 FillerDraw draw_fillers(int count, uint64_t seed, int probe_max_tokens) {
@@ -73,20 +88,49 @@ BatchRun run_in_batch(Engine& engine, const GenRequest& probe, const BatchContex
   int64_t before = engine.generated_tokens();
   int probe_handle = -1;
   std::vector<int> filler_handles;
+  const int mate = ctx.batch_size - 2;  // the last filler
+  GenRequest late;                     // the last batch mate when it joins late
+  bool late_pending = false;
   for (int i = 0, f = 0; i < ctx.batch_size; ++i) {
     if (i == ctx.position) {
       probe_handle = engine.submit(probe);
       continue;
     }
     GenRequest r;
-    r.prompt = m.tokenizer->encode(run.fillers.prompts[f], true);
+    const bool is_mate = f == mate;
+    if (is_mate && (ctx.mate_prompt_tokens > 0 || ctx.mate_prompt_delta > 0)) {
+      // One source text per base length (deltas up to 255 cut the same ids), so prompts that differ
+      // in length by one token share every other token.
+      const int base = std::max(0, ctx.mate_prompt_tokens);
+      const int src_len = std::max(1, base) + (ctx.mate_prompt_delta / 256 + 1) * 256;
+      const std::vector<int> src = mate_story(1000000 + ctx.filler_seed, src_len, *m.tokenizer);
+      if (base > 0) {
+        r.prompt.assign(src.begin(), src.begin() + base + ctx.mate_prompt_delta);
+      } else {
+        r.prompt = m.tokenizer->encode(run.fillers.prompts[f], true);
+        r.prompt.insert(r.prompt.end(), src.begin() + 1, src.begin() + 1 + ctx.mate_prompt_delta);  // after its BOS
+      }
+    } else {
+      r.prompt = m.tokenizer->encode(run.fillers.prompts[f], true);
+    }
     r.params.max_tokens = std::max(1, std::min(run.fillers.max_tokens[f], ctx_len - static_cast<int>(r.prompt.size())));
     r.params.stop_at_eos = false;  // fillers keep the batch at its size for their drawn length
     r.params.seed = ctx.filler_seed + static_cast<uint64_t>(f);
-    filler_handles.push_back(engine.submit(std::move(r)));
     ++f;
+    if (is_mate && ctx.mate_join_step > 0) {
+      late = std::move(r);
+      late_pending = true;
+      continue;
+    }
+    filler_handles.push_back(engine.submit(std::move(r)));
   }
-  while (engine.busy()) engine.step();
+  for (int steps = 0; engine.busy() || late_pending; ++steps) {
+    if (late_pending && (steps >= ctx.mate_join_step || !engine.busy())) {
+      filler_handles.push_back(engine.submit(std::move(late)));
+      late_pending = false;
+    }
+    engine.step();
+  }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.generated_tokens = engine.generated_tokens() - before;
   run.probe = engine.take_result(probe_handle);

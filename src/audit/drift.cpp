@@ -42,7 +42,10 @@ bool same_bits(const Completion& a, const Completion& b) {
          (a.logprobs.empty() || std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0);
 }
 
-bool numeric(const std::string& f) { return f == "batch_size" || f == "position" || f == "seed" || f == "repeat"; }
+bool numeric(const std::string& f) {
+  return f == "batch_size" || f == "position" || f == "seed" || f == "repeat" || f == "mate_join_step" ||
+         f == "mate_prompt_delta";
+}
 
 void sort_values(const std::string& factor, std::vector<std::string>& v) {
   std::sort(v.begin(), v.end(), [&](const std::string& a, const std::string& b) {
@@ -60,6 +63,8 @@ const FactorGetter kFactors[] = {
     {"batch_size", [](const Completion& c) { return std::to_string(c.batch_size); }},
     {"position", [](const Completion& c) { return std::to_string(c.position); }},
     {"filler_set", [](const Completion& c) { return c.filler_set; }},
+    {"mate_join_step", [](const Completion& c) { return std::to_string(c.mate_join_step); }},
+    {"mate_prompt_delta", [](const Completion& c) { return std::to_string(c.mate_prompt_delta); }},
     {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
     {"cache_state", [](const Completion& c) { return c.cache_state; }},
     {"repeat", [](const Completion& c) { return std::to_string(c.repeat); }},
@@ -98,7 +103,8 @@ int reference_completion(const std::vector<Completion>& all, const std::vector<i
   auto key = [&](int i) {
     const Completion& c = all[i];
     int cache = c.cache_state == "warm" ? 1 : 0;
-    return std::make_tuple(c.batch_size, c.position, filler_index(c.filler_set), cache, c.repeat, i);
+    return std::make_tuple(c.batch_size, c.position, filler_index(c.filler_set), c.mate_join_step,
+                           c.mate_prompt_delta, cache, c.repeat, i);
   };
   for (int i : members)
     if (best < 0 || key(i) < key(best)) best = i;
@@ -238,6 +244,8 @@ std::string factor_phrase(const std::string& f) {
   if (f == "batch_size") return "batch size";
   if (f == "filler_set") return "the batch mates (filler draw)";
   if (f == "cache_state") return "the prefix cache";
+  if (f == "mate_join_step") return "a batch mate's prefill joining the decode";
+  if (f == "mate_prompt_delta") return "a batch mate's prompt length";
   if (f == "repeat") return "between repeats of the same context";
   return f;
 }

@@ -249,6 +249,73 @@ std::vector<Prompt> builtin_prompts() {
           prompt_from_text("Lily wanted to")};
 }
 
+// ---------------------------------------------------------------- generated long prompts
+
+namespace {
+uint64_t story_next(uint64_t& s) {  // splitmix64
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::string story_text(uint64_t seed, int sentences) {
+  static const char* names[] = {"Lily", "Tom", "Ben", "Mia", "Sue", "Max", "Anna", "Tim", "Sam", "Lucy"};
+  static const char* adjs[] = {"big", "little", "red", "happy", "small", "old", "new", "blue", "kind", "funny"};
+  static const char* nouns[] = {"dog", "cat", "ball", "tree", "box", "bird", "car",
+                                "cake", "toy", "fish", "hat", "book", "flower", "boat"};
+  static const char* places[] = {"park", "shop", "sea", "forest", "school", "garden", "river", "house"};
+  static const char* feelings[] = {"happy", "sad", "surprised", "tired", "proud", "scared"};
+  uint64_t s = seed * 0x2545F4914F6CDD1Dull + 0x5708ull;
+  auto pick = [&](const auto& arr) { return arr[story_next(s) % std::size(arr)]; };
+  std::string out = "Once upon a time, there was a " + std::string(pick(adjs)) + " " + pick(nouns) + ".";
+  for (int i = 1; i < sentences; ++i) {
+    const char* n = pick(names);
+    switch (story_next(s) % 8) {
+      case 0: out += fmt::format(" {} saw a {} {} in the {}.", n, pick(adjs), pick(nouns), pick(places)); break;
+      case 1: out += fmt::format(" {} and {} played with the {}.", n, pick(names), pick(nouns)); break;
+      case 2: out += fmt::format(" The {} was very {}.", pick(nouns), pick(feelings)); break;
+      case 3: out += fmt::format(" {} wanted to find the {} {}.", n, pick(adjs), pick(nouns)); break;
+      case 4: out += fmt::format(" One day, {} went to the {}.", n, pick(places)); break;
+      case 5: out += fmt::format(" {} said, \"I like the {} {}!\"", n, pick(adjs), pick(nouns)); break;
+      case 6: out += fmt::format(" {} felt {} and smiled.", n, pick(feelings)); break;
+      default: out += " They were happy and played all day."; break;
+    }
+  }
+  return out;
+}
+
+namespace {
+// The fewest whole sentences of the story of `seed` that encode to at least min_tokens tokens.
+std::string story_with_tokens(uint64_t seed, int min_tokens, const Tokenizer& tok) {
+  auto count = [&](int n) { return static_cast<int>(tok.encode(story_text(seed, n), true).size()); };
+  int hi = std::max(1, min_tokens / 8);
+  while (count(hi) < min_tokens) {
+    if (hi > (1 << 22)) throw UsageError("--prompt-tokens: the tokenizer makes too few tokens of the generated text");
+    hi *= 2;
+  }
+  int lo = 0;  // count(lo) < min_tokens (or lo = 0), count(hi) >= min_tokens
+  while (hi - lo > 1) {
+    int mid = lo + (hi - lo) / 2;
+    (count(mid) >= min_tokens ? hi : lo) = mid;
+  }
+  return story_text(seed, hi);
+}
+}  // namespace
+
+std::vector<Prompt> generated_prompts(int count, int min_tokens, const Tokenizer& tok) {
+  std::vector<Prompt> out;
+  for (int i = 0; i < count; ++i) out.push_back(prompt_from_text(story_with_tokens(static_cast<uint64_t>(i) + 1, min_tokens, tok)));
+  return out;
+}
+
+std::vector<int> story_tokens(uint64_t seed, int n, const Tokenizer& tok) {
+  std::vector<int> ids = tok.encode(story_with_tokens(seed, n, tok), true);
+  ids.resize(static_cast<size_t>(std::max(1, n)));
+  return ids;
+}
+
 std::vector<Prompt> prompts_from_file(const std::string& path) {
   std::string data = read_file(path, "prompts file");
   std::vector<Prompt> out;
@@ -367,8 +434,13 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
     }
     if (positions.empty()) positions.insert(0);
     int sets = b == 1 ? 1 : o.filler_sets;
+    const std::vector<int> none = {0};
+    const std::vector<int>& joins = b == 1 ? none : o.mate_join_steps;
+    const std::vector<int>& deltas = b == 1 ? none : o.mate_prompt_deltas;
     for (int pos : positions)
-      for (int f = 0; f < sets; ++f) out.push_back({b, pos, f});
+      for (int f = 0; f < sets; ++f)
+        for (int j : std::set<int>(joins.begin(), joins.end()))
+          for (int d : std::set<int>(deltas.begin(), deltas.end())) out.push_back({b, pos, f, j, d});
   }
   return out;
 }

@@ -44,6 +44,30 @@ nlohmann::json input_digests(const PlanOptions& plan, const Model* model) {
   return d;
 }
 
+nlohmann::json model_switch_record(const ModelSwitch& s) {
+  return {{"path", std::filesystem::absolute(s.requested_path).string()},
+          {"context_length", s.requested_context},
+          {"needed_context", s.needed_context},
+          {"to", s.used},
+          {"to_context_length", s.used_context}};
+}
+
+std::string model_switch_note(const nlohmann::json& env) {
+  if (!env.is_object() || !env.contains("model") || !env["model"].is_object()) return "";
+  const nlohmann::json& m = env["model"];
+  auto it = m.find("switched_from");
+  if (it == m.end() || !it->is_object()) return "";
+  const nlohmann::json& w = *it;
+  auto num = [&](const char* k) { return w.contains(k) && w[k].is_number_integer() ? w[k].get<int64_t>() : 0; };
+  auto str = [&](const char* k) { return w.contains(k) && w[k].is_string() ? w[k].get<std::string>() : std::string(); };
+  const bool synth = str("to").rfind("synth:", 0) == 0;
+  return std::string("switched to a ") + (synth ? "synthesized " : "") + "long-context model: " + str("path") +
+         " has a context of " + std::to_string(num("context_length")) + " tokens, this plan needs " +
+         std::to_string(num("needed_context")) + ", so it ran on " + str("to") + " (context " +
+         std::to_string(num("to_context_length")) + " tokens" +
+         (synth ? "; seeded random weights: its text is not meaningful, its arithmetic is that of a real model)" : ")");
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

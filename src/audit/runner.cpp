@@ -24,7 +24,9 @@ using Clock = std::chrono::steady_clock;
 
 std::string cell_key(const Completion& c) {
   return c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + c.precision + "|" + std::to_string(c.batch_size) +
-         "|" + std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat);
+         "|" + std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat) +
+         (c.mate_join_step != 0 ? "|j" + std::to_string(c.mate_join_step) : "") +
+         (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "");
 }
 
 std::string progress_line(const ProgressState& p) {
@@ -220,6 +222,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.batch_size = cx.batch_size;
             c.position = cx.position;
             c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
+            c.mate_join_step = cx.mate_join_step;
+            c.mate_prompt_delta = cx.mate_prompt_delta;
             c.seed = dc.seed;
             c.repeat = rep;
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
@@ -236,7 +240,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.top_k = dc.cfg.top_k;
             req.params.seed = dc.seed;
             req.params.json_schema = constraint;
-            BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set)};
+            BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set),
+                            cx.mate_join_step, cx.mate_prompt_delta, plan.prompt_tokens};
             BatchRun run = run_in_batch(*engines[pr][mi], req, bc);
             int64_t gen_tokens = run.generated_tokens;
             double gen_seconds = run.seconds;

@@ -69,32 +69,6 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
 }
 
 
-// The ~100M-parameter synthetic Llama (dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000),
-// written once into the cache directory (bit-identical everywhere for the same options).
-std::string synth_100m_path() {
-  SynthOptions o;
-  o.seed = 1;
-  o.dim = 768;
-  o.hidden_dim = 2048;
-  o.n_layers = 12;
-  o.n_heads = 12;
-  o.n_kv_heads = 12;
-  o.vocab_size = 32000;
-  o.context_length = 1024;
-  o.type = "f16";
-  std::filesystem::path dir = cache_dir();
-  std::filesystem::path p = dir / "bench-synth-100m-v1-seed1.gguf";
-  std::error_code ec;
-  if (std::filesystem::exists(p, ec)) return p.string();
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw UsageError("cannot create the cache directory '" + dir.string() + "': " + ec.message() +
-                     "; set REPRO_AUDIT_CACHE to a writable directory or pass --model");
-  fmt::print(stderr, "bench: writing the synthetic ~100M model to {} (once)\n", p.string());
-  write_synth_model(o, p.string());
-  return p.string();
-}
-
 // Mean, sample standard deviation and range of one cell's measurements (tokens/s).
 struct Stats {
   std::vector<double> runs;
@@ -268,7 +242,7 @@ int run_bench(const BenchOptions& o) {
                          {"prefill_rows", nlohmann::json::array()}};
   bool all_ok = true, any_noisy = false;
   for (const std::string& spec : models) {
-    const std::string path = spec == kSynth100m ? synth_100m_path() : spec;
+    const std::string path = resolve_model_spec(spec);
     auto model = load_model(path, o.engine.tokenizer);
     const ModelConfig& c = model->config;
     const std::string name = std::filesystem::path(path).filename().string();
@@ -409,8 +383,8 @@ void setup_bench(CLI::App& parent, Runner& runner) {
   spec.mode = false;  // both modes, side by side
   spec.threads_list = true;
   spec.model_help =
-      "Model file (repeatable; 'synth:100m' = the synthesized ~100M model; default: the embedded "
-      "stories260K and synth:100m)";
+      "Model file or synthesized model (repeatable; synth:100m = the synthesized ~100M model, see `run "
+      "--help` for the other synth: names; default: the embedded stories260K and synth:100m)";
   o->engine.threads = "1,2";
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes (decode)")->capture_default_str();

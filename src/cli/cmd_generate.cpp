@@ -9,9 +9,11 @@
 #include "repro/common/error.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
+#include "repro/model/synth.hpp"
 #include "repro/common/util.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
+#include "repro/model/synth.hpp"
 
 namespace repro::cli {
 
@@ -20,6 +22,7 @@ struct GenerateOptions {
   EngineFlags engine;
   std::string prompt = "Once upon a time";
   int max_tokens = 32, batch_size = 1, position = 0, beam_width = 0;
+  int mate_join_step = 0, mate_prompt_delta = 0, mate_prompt_tokens = 0;
   uint64_t seed = 0, filler_seed = 1;
   float temperature = 0, top_p = 1;
   int top_k = 0;
@@ -31,7 +34,7 @@ struct GenerateOptions {
 int run_generate(const GenerateOptions& o) {
   const EngineOptions eo = o.engine.engine_options();
   std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
-  auto model = load_model(path, o.engine.tokenizer);
+  auto model = load_model(resolve_model_spec(path), o.engine.tokenizer);
   GenRequest req;
   req.prompt = model->tokenizer->encode(o.prompt, true);
   req.params.max_tokens = o.max_tokens;
@@ -58,7 +61,9 @@ int run_generate(const GenerateOptions& o) {
   if (o.beam_width > 0)
     run.probe = engine.beam_search(req.prompt, o.beam_width, o.max_tokens);
   else
-    run = run_in_batch(engine, req, BatchContext{o.batch_size, o.position, o.filler_seed});
+    run = run_in_batch(engine, req,
+                       BatchContext{o.batch_size, o.position, o.filler_seed, o.mate_join_step, o.mate_prompt_delta,
+                                    o.mate_prompt_tokens});
   const GenResult& r = run.probe;
   if (o.json) {
     nlohmann::json j = {{"model", path},
@@ -96,6 +101,18 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   sub->add_option("--batch-size", o->batch_size, "Decode inside a real batch of this many sequences")->capture_default_str();
   sub->add_option("--position", o->position, "The prompt's row in the batch (0-based)")->capture_default_str();
   sub->add_option("--filler-seed", o->filler_seed, "Seed that draws the filler sequences")->capture_default_str();
+  sub->add_option("--mate-join-step", o->mate_join_step,
+                  "The last batch mate joins after this many steps (0 = with the others; its prefill then shares a "
+                  "forward pass with the decode of the others)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--mate-prompt-delta", o->mate_prompt_delta, "Tokens added to the last batch mate's prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--mate-prompt-tokens", o->mate_prompt_tokens,
+                  "The last batch mate's prompt: this many tokens of generated story text (0 = its filler prompt)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   sub->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   sub->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();

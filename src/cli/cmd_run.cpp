@@ -2,6 +2,7 @@
 // or remote endpoints, analyses, writes the reports, and exits with the CI gate's verdict.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <map>
@@ -23,6 +24,7 @@
 #include "repro/compliance/sign.hpp"
 #include "repro/cli/flags.hpp"
 #include "repro/cli/replay.hpp"
+#include "repro/model/synth.hpp"
 
 namespace repro::cli {
 
@@ -60,7 +62,6 @@ PlanOptions build_plan(const RunOptions& o) {
       p.prompts.push_back(prompt_from_text(t));
     }
   }
-  if (p.prompts.empty()) p.prompts = builtin_prompts();
   for (const auto& opt : plan_options()) {
     if (!*opt.flag || !o.given(opt.flag_name())) continue;
     nlohmann::json v = opt.type == OptionType::Bool ? nlohmann::json(opt.flag_sets)
@@ -75,7 +76,53 @@ PlanOptions build_plan(const RunOptions& o) {
     throw UsageError("--precision and --precisions exclude each other; give the list with --precisions, e.g. "
                      "--precisions f32,bf16");
   if (o.given("--precision")) p.precisions = {precision_name(o.engine.precision_value())};
+  // No prompts given: the built-in ones, or (prompt_tokens > 0) long ones generated once the model's
+  // tokenizer is known (see prepare_long_context).
+  if (p.prompts.empty() && p.prompt_tokens == 0) p.prompts = builtin_prompts();
   return p;
+}
+
+// The context the plan needs on this model: its longest prompt plus max_tokens, and the longest
+// batch mate (prompt_tokens plus the largest prompt delta, one token generated at least).
+int context_needed(const PlanOptions& plan, const Model& model) {
+  int need = 0;
+  for (const auto& p : plan.prompts)
+    need = std::max(need, static_cast<int>(model.tokenizer->encode(p.text, true).size()) + plan.max_tokens);
+  const int max_batch = plan.batch_sizes.empty() ? 1 : *std::max_element(plan.batch_sizes.begin(), plan.batch_sizes.end());
+  if (max_batch > 1 && plan.prompt_tokens > 0) {
+    const int delta = *std::max_element(plan.mate_prompt_deltas.begin(), plan.mate_prompt_deltas.end());
+    need = std::max(need, plan.prompt_tokens + delta + 1);
+  }
+  return need;
+}
+
+// Long prompts (prompt_tokens) are generated with the model's tokenizer; when the model's context is
+// too short for the plan and the plan names a long_context_model, that model replaces it (said on
+// stderr here and in the report). Returns the switch record, or null.
+nlohmann::json prepare_long_context(PlanOptions& plan, std::unique_ptr<Model>& model, std::string& model_path,
+                                    const EngineFlags& engine) {
+  const bool generate = plan.prompts.empty() && plan.prompt_tokens > 0;
+  if (generate) plan.prompts = generated_prompts(plan.generated_prompts, plan.prompt_tokens, *model->tokenizer);
+  const int need = context_needed(plan, *model);
+  if (need <= model->config.context_length || plan.long_context_model.empty()) return nullptr;
+  ModelSwitch sw;
+  sw.requested_path = model_path;
+  sw.requested_context = model->config.context_length;
+  sw.needed_context = need;
+  sw.used = plan.long_context_model;
+  model_path = resolve_model_spec(plan.long_context_model);
+  model = engine.load(model_path);
+  sw.used_context = model->config.context_length;
+  if (generate) plan.prompts = generated_prompts(plan.generated_prompts, plan.prompt_tokens, *model->tokenizer);
+  const int now = context_needed(plan, *model);
+  if (now > model->config.context_length)
+    throw UsageError("--long-context-model " + plan.long_context_model + ": its context of " +
+                     std::to_string(model->config.context_length) + " tokens is too short too (the plan needs " +
+                     std::to_string(now) + "); lower --prompt-tokens or --max-tokens");
+  nlohmann::json rec = model_switch_record(sw);
+  nlohmann::json env = {{"model", {{"switched_from", rec}}}};
+  std::fprintf(stderr, "note: %s\n", model_switch_note(env).c_str());
+  return rec;
 }
 
 std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
@@ -268,7 +315,11 @@ int run_run(const RunOptions& o) {
   const bool remote = !o.endpoints.empty();
   std::vector<EndpointSpec> endpoints;
   std::unique_ptr<Model> model;
+  nlohmann::json model_switch;
   if (remote) {
+    if (plan.prompts.empty())
+      throw UsageError("--prompt-tokens generates prompts with the local model's tokenizer; with --endpoint give "
+                       "the long prompts as --prompts FILE");
     if (o.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
     if (o.given("--device") || o.given("--precision") || o.given("--precisions"))
       throw UsageError("--device and --precision(s) set the local engine; drop them with --endpoint");
@@ -294,7 +345,14 @@ int run_run(const RunOptions& o) {
     validate_plan(plan, -1);
   } else {
     if (model_path.empty()) model_path = default_model_path();
+    model_path = resolve_model_spec(model_path);
     model = o.engine.load(model_path);
+    if (o.resume.empty()) {
+      model_switch = prepare_long_context(plan, model, model_path, o.engine);
+    } else if (report.environment.contains("model") && report.environment["model"].is_object() &&
+               report.environment["model"].contains("switched_from")) {
+      model_switch = report.environment["model"]["switched_from"];  // the resumed run's switch, still true
+    }
     if (!o.resume.empty()) {  // the same bytes, wherever the file is now
       std::string had = recorded_string(report.environment, "model", "sha256");
       if (had.empty()) had = recorded_string(report.environment, "digests", "model_sha256");
@@ -330,6 +388,7 @@ int run_run(const RunOptions& o) {
   job.plan = &plan;
   job.model = model.get();
   job.model_path = model_path;
+  job.model_switch = model_switch;
   precision = parse_precision(plan.precisions.front(), "--precisions");
   job.engine = EngineSetup{device, precision};
   job.endpoints = &endpoints;
@@ -350,7 +409,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   engine_spec.mode = false;  // --modes, a list in the plan
   engine_spec.chat_template = true;
   add_engine_flags(*s, o->engine, engine_spec);
-  s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, compliance, tradeoff) or JSON path")
+  s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
   s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}; variants of a task: {task, variant, prompt|messages}, compared in the report) or OpenAI Batch API input");

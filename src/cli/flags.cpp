@@ -5,13 +5,16 @@
 
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/model/synth.hpp"
 
 namespace repro::cli {
 
 void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec) {
   auto* model = sub.add_option("--model", f.models, spec.model_help);
   if (!spec.model_repeatable) model->multi_option_policy(CLI::MultiOptionPolicy::Throw)->expected(1);
-  if (spec.model_must_exist) model->check(CLI::ExistingFile);
+  if (spec.model_must_exist)
+    model->check(CLI::Validator(
+        [](std::string& s) -> std::string { return is_synth_spec(s) ? std::string() : CLI::ExistingFile(s); }, "FILE"));
   sub.add_option("--tokenizer", f.tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
   sub.add_option("--device", f.device, "Device the engine runs on: cpu | cuda")->capture_default_str();
   if (spec.mode)
@@ -32,7 +35,7 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   // The option is checked before the model is read, so a typo fails fast.
   ChatTemplate tmpl;
   if (!chat_template.empty()) tmpl = chat_template_from_option(chat_template);
-  auto m = load_model(path, tokenizer);
+  auto m = load_model(resolve_model_spec(path), tokenizer);
   if (!chat_template.empty()) {
     tmpl.eos_token = m->chat_template.eos_token;
     tmpl.bos_token = m->chat_template.bos_token;

@@ -58,6 +58,7 @@ int replay_and_report(ReplayJob& job) {
   }
 
   record_provenance(report, plan, job.model, job.model_path, job.engine, endpoints);
+  if (job.model && job.model_switch.is_object()) report.environment["model"]["switched_from"] = job.model_switch;
 
   // ---- replay ----
   g_stop = false;

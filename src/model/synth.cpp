@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <vector>
 
@@ -425,6 +426,71 @@ std::string synth_model(const SynthOptions& o) {
 
 void write_synth_model(const SynthOptions& opts, const std::string& path) {
   write_file_atomic(path, synth_model(opts));
+}
+
+// ---------------------------------------------------------------- named synthesized models
+
+namespace {
+SynthOptions spec_options(int dim, int hidden, int layers, int heads, int vocab, int context, const char* type) {
+  SynthOptions o;
+  o.seed = 1;
+  o.dim = dim;
+  o.hidden_dim = hidden;
+  o.n_layers = layers;
+  o.n_heads = heads;
+  o.n_kv_heads = heads;
+  o.vocab_size = vocab;
+  o.context_length = context;
+  o.type = type;
+  return o;
+}
+}  // namespace
+
+const std::vector<SynthSpec>& synth_specs() {
+  static const std::vector<SynthSpec> specs = {
+      {"synth:100m", "bench-synth-100m-v1-seed1.gguf",
+       "~110M parameters: dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000, context 1024, f16 weights",
+       spec_options(768, 2048, 12, 12, 32000, 1024, "f16")},
+      {"synth:100m-long", "synth-100m-long-v1-seed1.gguf",
+       "synth:100m with a context of 4096 tokens",
+       spec_options(768, 2048, 12, 12, 32000, 4096, "f16")},
+      {"synth:long", "synth-long-v1-seed1.gguf",
+       "~0.9M parameters with a long context: dim 128, 4 layers, 2 heads, hidden 384, vocab 512, context 4096, "
+       "f32 weights",
+       spec_options(128, 384, 4, 2, 512, 4096, "f32")},
+  };
+  return specs;
+}
+
+std::string synth_spec_names() {
+  std::string s;
+  for (const auto& sp : synth_specs()) s += (s.empty() ? "" : ", ") + std::string(sp.name);
+  return s;
+}
+
+bool is_synth_spec(const std::string& model) { return model.rfind("synth:", 0) == 0; }
+
+const SynthSpec& find_synth_spec(const std::string& model) {
+  for (const auto& sp : synth_specs())
+    if (model == sp.name) return sp;
+  throw UsageError("--model '" + model + "': unknown synthesized model; the names are " + synth_spec_names() +
+                   " (or write one with `repro-audit model synth --out FILE` and pass the file)");
+}
+
+std::string resolve_model_spec(const std::string& model) {
+  if (!is_synth_spec(model)) return model;
+  const SynthSpec& sp = find_synth_spec(model);
+  std::filesystem::path dir = cache_dir();
+  std::filesystem::path p = dir / sp.file;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(p, ec)) return p.string();
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw UsageError("cannot create the cache directory '" + dir.string() + "': " + ec.message() +
+                     "; set REPRO_AUDIT_CACHE to a writable directory or pass --model FILE");
+  std::fprintf(stderr, "note: writing the synthesized model %s to %s (once)\n", sp.name, p.string().c_str());
+  write_synth_model(sp.options, p.string());  // tmp + rename: a concurrent first use never sees a partial file
+  return p.string();
 }
 
 }  // namespace repro

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -428,6 +429,8 @@ std::string to_html(const AuditReport& r) {
                    exit_code_for(r));
   if (std::string why = verdict_cause(r); !why.empty()) o += "<p class=\"bad\" id=\"why\">" + esc(why) + "</p>\n";
   if (s.interrupted) o += "<p class=\"bad\">The run was interrupted: this report covers what finished.</p>\n";
+  if (std::string note = model_switch_note(r.environment); !note.empty())
+    o += "<p class=\"bad\" id=\"model-switch\">Note: " + esc(note) + "</p>\n";
   o += fmt::format("<p class=\"meta\">schema {}", esc(kReportSchema));
   if (!r.profile.empty()) o += " &middot; profile " + esc(r.profile);
   if (!r.created.empty()) o += " &middot; created " + esc(r.created);

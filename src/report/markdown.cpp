@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/report/report.hpp"
 
@@ -122,6 +123,7 @@ std::string to_markdown(const AuditReport& r) {
                    verdict, exit_code_for(r), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors);
   if (std::string why = verdict_cause(r); !why.empty()) o += "Why: " + cell(why) + "\n\n";
   if (s.interrupted) o += "The run was interrupted: this report covers what finished.\n\n";
+  if (std::string note = model_switch_note(r.environment); !note.empty()) o += "Note: " + cell(note) + "\n\n";
   o += fmt::format("Schema `{}`", kReportSchema);
   if (!r.profile.empty()) o += fmt::format(" · profile `{}`", cell(r.profile));
   if (!r.created.empty()) o += fmt::format(" · created {}", cell(r.created));

@@ -63,6 +63,8 @@ void describe(V& v, T& x) {
   v("position", x.position);
   v("filler_set", x.filler_set);
   v("filler_ids", x.filler_ids);
+  v.only_if(x.mate_join_step != 0, "mate_join_step", x.mate_join_step);
+  v.only_if(x.mate_prompt_delta != 0, "mate_prompt_delta", x.mate_prompt_delta);
   v("seed", x.seed);
   v("repeat", x.repeat);
   v("cache_state", x.cache_state);

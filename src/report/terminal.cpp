@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/report/report.hpp"
@@ -186,6 +187,7 @@ std::string to_terminal(const AuditReport& r) {
                      s.divergent_cases, s.max_unique, s.completions, s.errors);
   std::string why = verdict_cause(r);
   if (!why.empty()) out += "  " + why + "\n";
+  if (std::string note = model_switch_note(r.environment); !note.empty()) out += "note: " + note + "\n";
   out += fmt::format("{:<24} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
                      "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
                      "fragile", "errors", "verdict", "gate");

@@ -13,6 +13,12 @@ struct BatchContext {
   int batch_size = 1;        // sequences at the start of the batch, probe included
   int position = 0;          // the probe's row among them (0-based)
   uint64_t filler_seed = 0;  // which fillers, and how long each decodes
+  // The last batch mate (the last filler drawn; batch_size >= 2):
+  int mate_join_step = 0;     // k > 0: it joins after the probe's k-th step, so its prefill runs in
+                              // the same forward pass as the decode of the others (continuous batching)
+  int mate_prompt_delta = 0;  // tokens added to its prompt (from the continuation of its text)
+  int mate_prompt_tokens = 0; // > 0: its prompt is exactly this many tokens of the story of seed
+                              // 1000000 + filler_seed (plan/story_tokens) before the delta; 0: its pool prompt
 };
 
 struct FillerDraw {
@@ -34,6 +40,7 @@ struct BatchRun {
 };
 
 // Decodes the probe at ctx.position among ctx.batch_size - 1 fillers, to the end of the batch.
+// A late batch mate (mate_join_step k > 0) joins the batch at the end, after k steps.
 // Throws UsageError when position >= batch_size or batch_size < 1.
 BatchRun run_in_batch(Engine& engine, const GenRequest& probe, const BatchContext& ctx);
 

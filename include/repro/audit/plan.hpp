@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/tokenizer/tokenizer.hpp"
 
 namespace repro {
 
@@ -33,6 +34,12 @@ struct PlanOptions {
   std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
   int filler_sets = 2;
   uint64_t filler_seed = 1;
+  // Long and mixed contexts (the `long` profile):
+  int prompt_tokens = 0;                   // > 0 and no prompts given: generated prompts of >= this many tokens
+  int generated_prompts = 3;               // how many prompt_tokens generates
+  std::vector<int> mate_join_steps = {0};  // the last batch mate joins after this many probe steps
+  std::vector<int> mate_prompt_deltas = {0};  // tokens added to the last batch mate's prompt
+  std::string long_context_model;          // used instead when the model's context is too short ("" = none)
   std::vector<double> temperatures = {0.0};
   std::vector<double> top_ps = {1.0};
   std::vector<int> top_ks = {0};
@@ -88,6 +95,16 @@ std::string json_schema_where(const PlanOptions& o);
 // The schema to compile (json_object as {"type":"object"}); null when the plan has none.
 nlohmann::json json_schema_of(const PlanOptions& o);
 
+// Generated long prompts (plan option prompt_tokens). The text is a children's story of simple
+// sentences drawn by a splitmix64 generator: story_text(seed, n) is the first n sentences of the
+// story of `seed`, the same on every machine. Prompt i (0-based) of generated_prompts() is the
+// shortest prefix, in whole sentences, of the story of seed i + 1 that the tokenizer turns into at
+// least min_tokens tokens (BOS included), so the same model always gets the same prompts.
+std::string story_text(uint64_t seed, int sentences);
+std::vector<Prompt> generated_prompts(int count, int min_tokens, const Tokenizer& tok);
+// Exactly n token ids (BOS first) of the story of `seed`: the prompt of a long batch mate.
+std::vector<int> story_tokens(uint64_t seed, int n, const Tokenizer& tok);
+
 // The decoding configs of the plan: greedy once; each sampled (T, top_p, top_k) once per seed,
 // with the seed in the id ("t0.8-p0.95-k40-s1"), so a case holds runs that should be identical.
 struct DecodingCell {
@@ -101,8 +118,11 @@ struct ContextCell {
   int batch_size;
   int position;
   int filler_set;       // index; filler seed = filler_seed + filler_set
+  int mate_join_step = 0;     // the last batch mate joins after this many steps of the probe
+  int mate_prompt_delta = 0;  // tokens added to its prompt
 };
-// Batch contexts: batch sizes x distinct resolved positions x filler sets (batch size 1: one).
+// Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
+// prompt deltas (batch size 1: one, without batch mates).
 std::vector<ContextCell> context_cells(const PlanOptions& o);
 
 }  // namespace repro

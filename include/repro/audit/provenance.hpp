@@ -36,6 +36,20 @@ struct EngineSetup {
 void record_provenance(AuditReport& report, const PlanOptions& plan, const Model* model, const std::string& model_path,
                        const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints);
 
+// A run that switched models: the chosen model's context was too short for the plan (long prompts),
+// so it ran on the plan's long_context_model instead. Kept in the report as
+// environment.model.switched_from {path, context_length, needed_context, to, reason}.
+struct ModelSwitch {
+  std::string requested_path;  // the model asked for
+  int requested_context = 0;   // its context length
+  int needed_context = 0;      // longest prompt + max tokens (and the longest batch mate)
+  std::string used;            // the model run instead, as named in the plan ("synth:long")
+  int used_context = 0;
+};
+nlohmann::json model_switch_record(const ModelSwitch& s);
+// One sentence saying so, from a report's environment; "" when the run did not switch.
+std::string model_switch_note(const nlohmann::json& environment);
+
 // The current time as ISO-8601 UTC ("2026-01-01T00:00:00Z").
 std::string utc_now();
 

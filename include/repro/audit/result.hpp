@@ -32,6 +32,8 @@ struct Completion {
   int position = 0;               // local: probe's row in the batch
   std::string filler_set;         // id of the filler draw, e.g. "f3"
   std::vector<std::string> filler_ids;
+  int mate_join_step = 0;         // local: the last batch mate joined after this many probe steps (0: with all)
+  int mate_prompt_delta = 0;      // local: tokens added to the last batch mate's prompt
   uint64_t seed = 0;
   int repeat = 0;
   std::string cache_state;        // remote: "cold" / "warm"; empty otherwise
@@ -100,7 +102,8 @@ struct Cluster {
 
 // Which factor a divergence follows: for each factor value, how many members fall in each cluster.
 struct FactorTable {
-  std::string factor;             // "batch_size", "position", "filler_set", "seed", "concurrency", "endpoint"
+  std::string factor;             // "batch_size", "position", "filler_set", "mate_join_step", "mate_prompt_delta",
+                                  // "seed", "concurrency", "endpoint"
   std::vector<std::string> values;
   std::vector<std::vector<int>> counts;  // [value][cluster index]
   bool explains = false;          // every value maps to exactly one cluster and >1 cluster exists

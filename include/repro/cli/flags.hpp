@@ -28,8 +28,8 @@ struct EngineFlags {
   Precision precision_value() const;
   int thread_count() const;                // --threads as one number >= 1
   std::vector<int> thread_counts() const;  // --threads as a comma-separated list (bench)
-  // The model at `path` (llama2.c: with --tokenizer), its chat template replaced by
-  // --chat-template when given.
+  // The model at `path` (llama2.c: with --tokenizer; synth:NAME: the named synthesized model, see
+  // repro/model/synth.hpp), its chat template replaced by --chat-template when given.
   std::unique_ptr<Model> load(const std::string& path) const;
 };
 
@@ -39,7 +39,9 @@ struct EngineFlagSpec {
   bool mode = true;               // false: the subcommand takes its modes elsewhere (run --modes, bench: both)
   bool threads_list = false;      // bench: --threads is a comma-separated list
   bool chat_template = false;     // run, serve: --chat-template for `messages` prompts
-  const char* model_help = "GGUF or llama2.c .bin model (default: the embedded stories260K)";
+  const char* model_help =
+      "GGUF or llama2.c .bin model, or a synthesized model synth:100m | synth:100m-long | synth:long (default: the "
+      "embedded stories260K)";
 };
 
 void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec = {});

@@ -20,6 +20,7 @@ struct ReplayJob {
   const PlanOptions* plan = nullptr;
   const Model* model = nullptr;             // local runs; null for endpoints
   std::string model_path;
+  nlohmann::json model_switch;              // model_switch_record() when the run switched models, else null
   EngineSetup engine;
   const std::vector<EndpointSpec>* endpoints = nullptr;  // remote runs
   std::string out_dir;                      // "-" = stdout

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "repro/tokenizer/tokenizer.hpp"
 
@@ -56,5 +57,24 @@ std::string synth_model(const SynthOptions& opts);
 
 // synth_model written atomically to path.
 void write_synth_model(const SynthOptions& opts, const std::string& path);
+
+// Named synthesized models, usable wherever a model path is (`--model synth:NAME`):
+//   synth:100m       llama, dim 768, 12 layers, 12/12 heads, hidden 2048, vocab 32000, context 1024, f16
+//   synth:100m-long  the same weights with a context of 4096
+//   synth:long       llama, dim 128, 4 layers, 2/2 heads, hidden 384, vocab 512, context 4096, f32
+// Each is written once into the cache directory (repro/common/util.hpp cache_dir()) and reused.
+struct SynthSpec {
+  const char* name;         // "synth:100m"
+  const char* file;         // file name in the cache directory
+  const char* description;  // one line
+  SynthOptions options;
+};
+const std::vector<SynthSpec>& synth_specs();
+std::string synth_spec_names();                    // "synth:100m, synth:100m-long, synth:long"
+bool is_synth_spec(const std::string& model);      // starts with "synth:"
+const SynthSpec& find_synth_spec(const std::string& model);  // UsageError listing the names
+// The path of a named synthesized model, written into the cache directory the first time (a note
+// on stderr says so); any other model argument is returned unchanged.
+std::string resolve_model_spec(const std::string& model);
 
 }  // namespace repro
