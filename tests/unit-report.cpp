@@ -718,6 +718,26 @@ TEST_CASE("charts: distinct tick labels, one colour per mode everywhere, drift s
   AuditReport one = r;
   for (auto& t : one.throughput) t.tokens_per_s = 0.9;
   CHECK(chart_ticks(to_html(one))["chart-throughput"] == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1"});
+  // many series: the legend wraps onto more lines inside the chart, above the plot
+  AuditReport many = r;
+  for (int i = 0; i < 6; ++i) {
+    ThroughputRow t = many.throughput[0];
+    t.mode = "endpoint-with-a-long-label-" + std::to_string(i);
+    many.throughput.push_back(t);
+  }
+  std::string hm = to_html(many);
+  size_t fig = hm.find("id=\"chart-throughput\"");
+  REQUIRE(fig != std::string::npos);
+  std::string chart = hm.substr(fig, hm.find("</figure>", fig) - fig);
+  std::set<std::string> legend_rows;
+  for (size_t p = 0; (p = chart.find("class=\"lg\"", p)) != std::string::npos; ++p) {
+    size_t x = chart.rfind("<text x=\"", p) + 9;
+    double lx = std::stod(chart.substr(x));
+    size_t y = chart.find("y=\"", x) + 3;
+    legend_rows.insert(chart.substr(y, chart.find('"', y) - y));
+    CHECK(lx + 7.0 * 29 < 620);  // "endpoint-with-a-long-label-N" fits
+  }
+  CHECK(legend_rows.size() >= 3);
   // one colour per mode in every chart, distinct between modes
   auto colours = bar_colours(h);
   REQUIRE(colours.count("default") == 1);

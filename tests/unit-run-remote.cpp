@@ -109,6 +109,8 @@ TEST_CASE("run --endpoint: two endpoints side by side; default-mode serving is m
     CHECK(text.find(fp + " x") != std::string::npos);    // the fingerprint with its count
     CHECK(text.find("probe only") != std::string::npos);
     CHECK(text.find("whole batch") == std::string::npos);  // no endpoint row claims the whole batch
+    CHECK(text.find("token-weighted over concurrency levels (concurrency 1: ") != std::string::npos);
+    CHECK(text.find("tokens/s only, the fillers that load the server are not counted") != std::string::npos);
   }
   MESSAGE("default-mode server: " << rep.summary.modes[1].mode << " mean unique " << rep.summary.modes[1].mean_unique);
   inv.stop();

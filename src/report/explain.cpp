@@ -314,11 +314,15 @@ std::vector<std::string> throughput_cost_lines(const AuditReport& r) {
     std::vector<std::string> per;
     for (const auto& row : r.throughput)
       if (row.mode == m.mode && row.precision == m.precision && row.ratio_vs_default)
-        per.push_back(fmt::format("{}{}: {}", per.empty() ? "batch " : "", row.batch_size, fmt_ratio(*row.ratio_vs_default)));
+        per.push_back(fmt::format("{}{}: {}", per.empty() ? (is_endpoint(r, m.mode, m.precision) ? "concurrency " : "batch ") : "",
+                                  row.batch_size, fmt_ratio(*row.ratio_vs_default)));
     std::string list = join(per);
-    out.push_back(fmt::format("{}: {} the throughput of {}, token-weighted over batch sizes{}",
-                              mode_label(m.mode, m.precision), fmt_ratio(*m.throughput_ratio), base,
-                              list.empty() ? "" : " (" + list + ")"));
+    const bool ep = is_endpoint(r, m.mode, m.precision);
+    out.push_back(fmt::format("{}: {} the throughput of {}, token-weighted over {}{}{}", mode_label(m.mode, m.precision),
+                              fmt_ratio(*m.throughput_ratio), base, ep ? "concurrency levels" : "batch sizes",
+                              list.empty() ? "" : " (" + list + ")",
+                              ep ? "; probe requests' tokens/s only, the fillers that load the server are not counted"
+                                 : ""));
   }
   return out;
 }

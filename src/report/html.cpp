@@ -114,7 +114,17 @@ bool has_data(const std::vector<std::string>& cats, const std::vector<Series>& s
 std::string bar_chart(const std::string& id, const std::string& title, const std::string& xlabel,
                       const std::string& ylabel, const std::vector<std::string>& cats, const std::vector<Series>& series,
                       bool percent = false, const std::string& note = "") {
-  const double W = 620, H = 280, L = 64, R = 16, T = 44, B = 48;
+  // the legend: one entry per series, wrapped onto as many lines as it needs above the plot
+  const double W = 620, L = 64, R = 16, B = 48;
+  std::vector<std::pair<double, double>> legend_at;  // x, y of each entry
+  double lx = L, ly = 26;
+  for (const auto& sr : series) {
+    double w = 24 + 7.0 * static_cast<double>(sr.name.size());
+    if (lx > L && lx + w > W - R) lx = L, ly += 16;
+    legend_at.emplace_back(lx, ly);
+    lx += w;
+  }
+  const double T = ly + 18, H = T + 188 + B;
   double maxv = 0;
   for (const auto& s : series)
     for (double v : s.values)
@@ -166,13 +176,11 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
                      T + ph + 16, esc(cats[c]));
   }
   o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"axis\"/>\n", L, T + ph, W - R, T + ph);
-  double lx = L;
-  for (size_t s = 0; s < series.size(); ++s) {
-    o += fmt::format("<rect x=\"{:.1f}\" y=\"26\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1f}\" y=\"35\" "
-                     "class=\"lg\">{}</text>",
-                     lx, series[s].colour, lx + 14, esc(series[s].name));
-    lx += 24 + 7.0 * static_cast<double>(series[s].name.size());
-  }
+  for (size_t s = 0; s < series.size(); ++s)
+    o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1f}\" "
+                     "y=\"{:.1f}\" class=\"lg\">{}</text>",
+                     legend_at[s].first, legend_at[s].second, series[s].colour, legend_at[s].first + 14,
+                     legend_at[s].second + 9, esc(series[s].name));
   o += "\n</svg>";
   if (!note.empty()) o += "<figcaption>" + esc(note) + "</figcaption>";
   o += "</figure>\n";
