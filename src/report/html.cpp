@@ -301,12 +301,11 @@ std::string chart_throughput(const AuditReport& r) {
   std::sort(bs.begin(), bs.end());
   std::vector<std::string> cats;
   for (int b : bs) cats.push_back(std::to_string(b));
-  std::vector<std::string> modes;
-  for (const auto& t : r.throughput)
-    if (std::find(modes.begin(), modes.end(), mode_label(t.mode, t.precision)) == modes.end())
-      modes.push_back(mode_label(t.mode, t.precision));
   std::vector<Series> ser;
-  for (const auto& m : modes) {
+  for (const auto& m : modes_of(r)) {  // the order of every chart's legend
+    bool any = false;
+    for (const auto& t : r.throughput) any = any || mode_label(t.mode, t.precision) == m;
+    if (!any) continue;
     Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}};
     for (const auto& t : r.throughput)
       if (mode_label(t.mode, t.precision) == m)
