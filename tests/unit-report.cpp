@@ -331,6 +331,17 @@ TEST_CASE("Markdown, HTML, JUnit and terminal writers: expected output") {
   check_golden("report-small.txt", to_terminal(r));
 }
 
+TEST_CASE("terminal: a divergent case is named by its prompt's text and diverges at token text with ids") {
+  AuditReport r = small_report();
+  r.prompts["p1"] = "Once upon a time there was a cat";
+  const std::string t = to_terminal(r);
+  CAPTURE(t);
+  CHECK(t.find("  \"Once upon a time there was a cat\" [greedy] default: ") != std::string::npos);
+  CHECK(t.find("diverges at token 3: \" cat\" (id 13), logprob -0.2500 vs \" dog\\x04\" (id 20), logprob -1.7500") !=
+        std::string::npos);
+  CHECK(t.find("(13 -> 20)") == std::string::npos);
+}
+
 TEST_CASE("writers escape text and mark divergence") {
   AuditReport r = small_report();
   std::string h = to_html(r);

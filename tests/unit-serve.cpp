@@ -418,6 +418,53 @@ TEST_CASE("serve: concurrent requests share batches and match Engine::generate b
   s.server->stop();
 }
 
+TEST_CASE("serve --mode deterministic: requests released together decode one at a time, equal to batch-invariant") {
+  REPRO_REQUIRE_MODELS(dir);
+  std::atomic<int> steps_with_batch_gt1{0};
+  ServerOptions so;
+  so.max_batch = 32;  // asked for, but the deterministic table decodes every request alone
+  so.on_step = [&](int batch) {
+    if (batch > 1) steps_with_batch_gt1++;
+  };
+  Served s(dir, so, Mode::Deterministic);
+  DecodeParams dp;
+  dp.max_tokens = 30;
+  GenResult ref = direct(*s.model, "Once upon a time", dp, Mode::BatchInvariant);
+  REQUIRE(ref.tokens == kGoldenIds);
+  json probe = golden_request();
+  probe["logprobs"] = 1;
+
+  s.server->pause();
+  constexpr int kRequests = 6;
+  std::vector<Reply> out(kRequests);
+  std::vector<std::thread> th;
+  const int port = s.server->port();
+  for (int i = 0; i < kRequests; ++i)
+    th.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(60, 0);
+      auto res = c.Post("/v1/completions", probe.dump(), "application/json");
+      if (res) {
+        out[static_cast<size_t>(i)].status = res->status;
+        out[static_cast<size_t>(i)].j = json::parse(res->body, nullptr, false);
+      }
+    });
+  for (int i = 0; i < 2000 && s.server->stats().queued < kRequests; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(s.server->stats().queued == kRequests);
+  s.server->resume();
+  for (auto& t : th) t.join();
+  for (const auto& r : out) {
+    REQUIRE(r.status == 200);
+    const json& ch = r.j["choices"][0];
+    CHECK(ch["token_ids"].get<std::vector<int>>() == ref.tokens);
+    CHECK(same_bits(floats(ch["logprobs"]["token_logprobs"]), ref.logprobs));
+  }
+  CHECK(s.server->stats().max_batch_seen == 1);
+  CHECK(steps_with_batch_gt1.load() == 0);
+  s.server->stop();
+}
+
 TEST_CASE("serve: malformed requests get OpenAI-style JSON errors with 4xx codes") {
   REPRO_REQUIRE_MODELS(dir);
   ServerOptions so;

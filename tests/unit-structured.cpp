@@ -124,6 +124,29 @@ TEST_CASE("structured analysis: canonical JSON agreement, per-field agreement, r
   CHECK(to_markdown(r).find("Validation with retry") != std::string::npos);
   CHECK(to_html(r).find("id=\"retry\"") != std::string::npos);
   CHECK(to_terminal(r).find("before retry: schema-valid 4 of 6") != std::string::npos);
+  const std::string junit = to_junit(r);
+  CAPTURE(junit);
+  CHECK(junit.find("<property name=\"structured.schema_valid\" value=\"5 of 6 -&gt; 44% to 97%\"/>") != std::string::npos);
+  CHECK(junit.find("<property name=\"structured.schema_valid_before_retry\" value=\"4 of 6") != std::string::npos);
+  CHECK(junit.find("<property name=\"structured.retries\" value=\"1 extra requests, 7 extra tokens\"/>") !=
+        std::string::npos);
+  CHECK(junit.find("<property name=\"structured.field." + s.fields[0].path + "\"") != std::string::npos);
+  // properties come before the suite's testcases (the JUnit schema's order)
+  CHECK(junit.find("<properties>") < junit.find("<testcase"));
+  // `diff`: a run where p1's third answer is cut says so per case (schema-valid and JSON agreement)
+  AuditReport later;
+  later.plan = r.plan;
+  later.answer_json_path = r.answer_json_path;
+  later.completions = r.completions;
+  for (auto& c : later.completions) c.schema_valid.reset();
+  later.completions[2].text = R"({"a":1,"b":{"c")";
+  analyze(later);
+  const Drift d = compute_drift(r, later);
+  const std::string dt = drift_text(d, "a.json", "b.json");
+  CAPTURE(dt);
+  CHECK(dt.find("schema-valid 3 of 3 -> 2 of 3") != std::string::npos);
+  CHECK(dt.find("TARa@N (parsed JSON) yes -> no") != std::string::npos);
+  CHECK(compute_drift(r, r).cases.empty());
   // bad paths name the flag
   auto extractor = [](const char* paths) { AnswerExtractor e("", paths); };
   CHECK_THROWS_WITH_AS(extractor("a,,b"), doctest::Contains("--answer-json-path 'a,,b': empty path"), UsageError);

@@ -151,6 +151,9 @@ void record_steps(const GenResult& g, Completion& c) {
   }
 }
 
+constexpr size_t kWarmupPromptTokens = 16;
+constexpr int kWarmupTokens = 4;
+
 void run_local(const PlanOptions& plan, const Model& model, AuditReport& report, RunControl& ctl) {
   // Completions of reports written before precisions were a plan axis ran at the plan's one precision.
   if (plan.precisions.size() == 1)
@@ -207,6 +210,20 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   DivergenceCounter diverged;
   for (const auto& c : report.completions) diverged.add(c);
   Checkpointer cp{ctl};
+  // Warm-up, not measured and not recorded: one short request per engine (the first prompt's first
+  // kWarmupPromptTokens tokens, kWarmupTokens new tokens, alone) before the first cell, so the first
+  // measured cell of each mode does not pay for starting threads, faulting in memory-mapped weights
+  // and cold caches. Its tokens never reach the report; every engine is empty again afterwards.
+  if (static_cast<int>(done.size()) < total && !prompt_ids.empty() && !prompt_ids[0].empty())
+    for (auto& per_mode : engines)
+      for (auto& engine : per_mode) {
+        if (ctl.stop && ctl.stop->load()) return;
+        GenRequest w;
+        w.prompt.assign(prompt_ids[0].begin(),
+                        prompt_ids[0].begin() + std::min<size_t>(prompt_ids[0].size(), kWarmupPromptTokens));
+        w.params.max_tokens = std::min(kWarmupTokens, plan.max_tokens);
+        engine->generate({w});
+      }
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
     for (const auto& dc : decodings)
       for (const auto& cx : contexts)

@@ -42,7 +42,7 @@ int run_diff(const DiffOptions& o) {
 void setup_diff(CLI::App& parent, Runner& runner) {
   auto opt = std::make_shared<DiffOptions>();
   auto* sub = parent.add_subcommand(
-      "diff", "Show drift between two reports (cases whose majority output, unique count or verdict changed); exit 1 on drift");
+      "diff", "Show drift between two reports (cases whose majority output, unique count, verdict or schema-valid count changed); exit 1 on drift");
   sub->add_option("a", opt->a, "BASELINE.json: the earlier (golden) report");
   sub->add_option("b", opt->b, "NEW.json: the report to compare with it");
   sub->add_flag("--json", opt->json, "Print the drift as JSON");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "repro/audit/stats.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -72,7 +73,7 @@ std::string to_junit(const AuditReport& r) {
       ++t;
       cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"{} [{}]\" time=\"{:.3f}\"", xml(m),
                            xml(c.prompt_id), xml(c.decoding_id), time);
-      std::string summary = case_summary(c);
+      std::string summary = case_summary(c, &r);
       if (c.n == 0 && c.failed) {
         ++e;
         cases += fmt::format(">\n      <error message=\"{}\" type=\"no-completions\"/>\n    </testcase>\n", xml(summary));
@@ -100,6 +101,23 @@ std::string to_junit(const AuditReport& r) {
     body += fmt::format("  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
                         "skipped=\"0\" time=\"{:.3f}\">\n",
                         xml(m), t, f, e, suite_time);
+    // Structured output (plan with a JSON Schema): the mode's schema-valid rate and JSON agreement,
+    // after validation with retry and before, as properties (measurements, not tests).
+    for (const auto& ms : r.summary.modes) {
+      if (suite(ms.mode, ms.precision) != m || !ms.structured) continue;
+      const StructuredSummary& st = *ms.structured;
+      body += "    <properties>\n";
+      auto prop = [&](const std::string& name, const std::string& value) {
+        body += fmt::format("      <property name=\"structured.{}\" value=\"{}\"/>\n", xml(name), xml(value));
+      };
+      prop("schema_valid", rate_text(st.valid));
+      prop("schema_valid_before_retry", rate_text(st.valid_first));
+      prop("tarr", rate_text(st.tarr));
+      prop("tara_json", rate_text(st.tara_json));
+      prop("retries", fmt::format("{} extra requests, {} extra tokens", st.retries, st.retry_tokens));
+      for (const auto& fr : st.fields) prop("field." + fr.path, rate_text(fr.agree));
+      body += "    </properties>\n";
+    }
     body += cases;
     body += "  </testsuite>\n";
     tests += t, failures += f, errors += e;

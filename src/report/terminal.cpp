@@ -38,7 +38,7 @@ std::string drift_summary(const DriftSize& d, const AuditReport* r) {
   return s;
 }
 
-std::string case_summary(const CaseResult& c) {
+std::string case_summary(const CaseResult& c, const AuditReport* r) {
   if (c.n == 0) return fmt::format("no completions ({} errors)", c.errors);
   std::string s = fmt::format("{} unique of {}", c.unique, c.n);
   if (c.tara) {
@@ -53,6 +53,8 @@ std::string case_summary(const CaseResult& c) {
     s += fmt::format(" c{} x{} {}", i + 1, k.count, short_hash(k.hash));
     if (k.majority) {
       s += " (majority)";
+    } else if (r) {
+      s += " diverges at " + divergence_label(*r, c, k);
     } else {
       if (k.first_divergence_token >= 0)
         s += fmt::format(" diverges at token {} ({} -> {})", k.first_divergence_token, k.majority_token,
@@ -248,8 +250,8 @@ std::string to_terminal(const AuditReport& r) {
         out += "  ... (see the full report)\n";
         break;
       }
-      out += fmt::format("  {} [{}] {}: {}\n", c.prompt_id, c.decoding_id, mode_label(c.mode, c.precision),
-                         case_summary(c));
+      out += fmt::format("  {} [{}] {}: {}\n", prompt_snippet(r, c.prompt_id, 40), c.decoding_id,
+                         mode_label(c.mode, c.precision), case_summary(c, &r));
     }
   };
   list("divergent cases:\n", [](const CaseResult& c) { return c.divergent; });
@@ -340,6 +342,14 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
       cd.what.push_back("majority output " + short_hash(majority(ca)) + " -> " + short_hash(majority(cb)));
     if (ca.unique != cb.unique) cd.what.push_back(fmt::format("unique {} -> {}", ca.unique, cb.unique));
     if (verdict(ca) != verdict(cb)) cd.what.push_back("verdict " + verdict(ca) + " -> " + verdict(cb));
+    if (ca.structured && cb.structured) {  // structured output: conformance and JSON agreement
+      const StructuredCase& sa = *ca.structured;
+      const StructuredCase& sb = *cb.structured;
+      if (sa.valid.k != sb.valid.k || sa.valid.n != sb.valid.n)
+        cd.what.push_back(fmt::format("schema-valid {} of {} -> {} of {}", sa.valid.k, sa.valid.n, sb.valid.k, sb.valid.n));
+      if (sa.tara_json != sb.tara_json)
+        cd.what.push_back(fmt::format("TARa@N (parsed JSON) {} -> {}", sa.tara_json ? "yes" : "no", sb.tara_json ? "yes" : "no"));
+    }
     if (cd.what.empty())
       d.unchanged++;
     else

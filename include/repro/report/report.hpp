@@ -134,7 +134,9 @@ std::vector<std::string> throughput_cost_lines(const AuditReport& r);
 std::string fmt_percent(double share);        // 0.5 -> "50.0%"
 std::string fmt_ratio(double ratio);          // 0.625 -> "0.62x"
 std::string short_hash(const std::string& h); // first 12 hex digits
-std::string case_summary(const CaseResult& c);  // "3 unique of 10: c1 x7 (majority); c2 x2 ..."
+// "3 unique of 10: c1 x7 (majority); c2 x2 ... diverges at token 3 (423 -> 77)"; with the report, the
+// divergence is shown as text with ids (divergence_label).
+std::string case_summary(const CaseResult& c, const AuditReport* r = nullptr);
 std::string fmt_dlogprob(const std::optional<double>& v);  // "4.1e-06", "0", "-" when unknown
 // "token-divergent vs reference (batch 1, position 0, repeat 0): 3 of 11 differ bitwise, 2 in tokens; ..."
 // With the report, the first divergent tokens are shown as text with ids (token_label).
