@@ -269,3 +269,29 @@ TEST_CASE("top_logprobs: the k most likely tokens, descending, the greedy choice
   DecodeParams p;
   CHECK(sample_token(logits, 5, p, 0) == t[0].id);
 }
+
+TEST_CASE("logprobs off: no per-step log-softmax, the same tokens, text and logits hash; top_logprobs still records") {
+  const Model& m = synth();
+  for (float t : {0.0f, 0.8f}) {
+    CAPTURE(t);
+    Engine e(m, EngineOptions{Mode::BatchInvariant, 1});
+    GenRequest with = probe_request(m, 12, t, 5);
+    GenRequest without = with;
+    without.params.logprobs = false;
+    auto r = e.generate({with, without});
+    REQUIRE(r[0].tokens.size() == 12);
+    CHECK(r[1].tokens == r[0].tokens);
+    CHECK(r[1].text == r[0].text);
+    CHECK(r[1].logits_sha256 == r[0].logits_sha256);
+    CHECK(r[0].logprobs.size() == 12);
+    CHECK(r[0].steps.size() == 12);
+    CHECK(r[1].logprobs.empty());
+    CHECK(r[1].steps.empty());
+    GenRequest tops = without;
+    tops.params.top_logprobs = 2;
+    GenResult g = e.generate({tops})[0];
+    CHECK(g.tokens == r[0].tokens);
+    CHECK(g.logprobs.size() == 12);
+    CHECK(g.top_logprobs.size() == 12);
+  }
+}

@@ -149,7 +149,11 @@ TEST_CASE("run --profile tradeoff: the four approaches measured in every format,
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(res.output);
   CHECK(res.code == 0);  // batch-invariant and deterministic are gated, and reproducible
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("the under-a-minute bound is not checked under AddressSanitizer (a Debug build, several times slower)");
+#else
   CHECK(seconds < 60);
+#endif
   MESSAGE("run --profile tradeoff took " << seconds << " s");
 
   const AuditReport r = load_report((dir / "report.json").string());

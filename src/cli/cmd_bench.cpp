@@ -121,6 +121,7 @@ std::vector<GenRequest> make_batch(const Model& model, const std::string& probe,
     reqs[i].prompt = model.tokenizer->encode(text, true);
     reqs[i].params.max_tokens = max_tokens;
     reqs[i].params.stop_at_eos = false;
+    reqs[i].params.logprobs = false;  // decode as a production engine does: no vocabulary-wide log-softmax
   }
   return reqs;
 }
@@ -335,6 +336,7 @@ int run_bench(const BenchOptions& o) {
         req.prompt = long_prompt(*model, len);
         req.params.max_tokens = 1;
         req.params.stop_at_eos = false;
+        req.params.logprobs = false;
         std::vector<double> runs[2];
         interleaved(o, [&](int m, bool counted) {
           const double v = prefill_once(*engines[m], req);

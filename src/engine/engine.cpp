@@ -172,9 +172,11 @@ std::vector<int> Engine::step() {
     if (!finish) {
       const int next = sample_token(choose, vocab, p, t);
       float lp = 0;
-      s->result.steps.push_back(step_stats(choose, vocab, next, &lp));  // lp: token_logprob, same bits
+      if (p.logprobs || p.top_logprobs > 0) {
+        s->result.steps.push_back(step_stats(choose, vocab, next, &lp));  // lp: token_logprob, same bits
+        s->result.logprobs.push_back(lp);
+      }
       s->result.tokens.push_back(next);
-      s->result.logprobs.push_back(lp);
       if (p.top_logprobs > 0) s->result.top_logprobs.push_back(top_logprobs(choose, vocab, p.top_logprobs));
       s->last_token = next;
       ++I.generated;

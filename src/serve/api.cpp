@@ -287,6 +287,7 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
     }
   }
   p.gen.params.top_logprobs = p.top_logprobs;
+  p.gen.params.logprobs = p.want_logprobs;  // the vocabulary-wide log-softmax only when asked
 
   // Structured output: response_format json_schema -> constrained decoding to that schema
   // (repro/engine/json_schema.hpp); json_object -> any JSON object; text (or none) -> free text.

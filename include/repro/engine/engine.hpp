@@ -26,6 +26,11 @@ struct DecodeParams {
   std::vector<std::string> stop;  // stop strings (text); the match is cut from the output
   bool stop_at_eos = true;
   int top_logprobs = 0;           // > 0: also record the this-many most likely tokens at each step
+  // false: skip the vocabulary-wide log-softmax of each step (the chosen token's logprob, the step
+  // stats and top logprobs), as production engines do unless a client asks for logprobs: GenResult's
+  // logprobs and steps stay empty. Tokens, text and logits_sha256 are the same either way (the
+  // token is chosen from the logits, never from the logprobs). top_logprobs > 0 records them anyway.
+  bool logprobs = true;
   // Structured output: only tokens that keep the output a prefix of a document conforming to this
   // schema are allowed; end of sequence only once it is complete. The chosen token's logprob,
   // step stats and top logprobs are those of the constrained distribution; logits_sha256 stays the
