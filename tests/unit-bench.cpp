@@ -1,9 +1,12 @@
 // `repro-audit bench` through the real binary on a small synthesized model: decode and prefill
 // tables with warm-up, several runs per cell, mean, spread and min-max, noisy cells flagged, the
-// JSON carrying the same figures, prompt lengths fitted to the context, and usage errors.
+// JSON carrying the same figures, prompt lengths fitted to the context, the machine's ceilings and
+// each cell's share of them (small triad and sgemm sizes), --no-ceilings, and usage errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "repro/common/util.hpp"
@@ -47,7 +50,8 @@ TEST_CASE("bench: decode and prefill per mode with warm-up, runs, mean, stddev, 
   const fs::path json = dir / "bench.json";
   auto r = test::run_cli("bench --model '" + model.string() +
                          "' --threads 1,2 --batch-sizes 1,3 --max-tokens 4 --repeats 3 --warmup 1 "
-                         "--prompt-lengths 16,200 --noise-cv 0.25 --json '" + json.string() + "'");
+                         "--prompt-lengths 16,200 --noise-cv 0.25 --triad-mib 4 --sgemm-size 128 --json '" +
+                         json.string() + "'");
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find("decode, 1 thread: generated tokens/s after the prefill step, mean ±stddev [min-max]") !=
@@ -57,13 +61,59 @@ TEST_CASE("bench: decode and prefill per mode with warm-up, runs, mean, stddev, 
   // 200 prompt tokens do not fit the 96-token context: lowered to 95, said on stderr.
   CHECK(r.output.find("prompt length 200 lowered to 95 to fit the context length 96") != std::string::npos);
   CHECK(r.output.find("validation: batch-invariant probe bit-identical") != std::string::npos);
+  CHECK(r.output.find("ceilings, best of 5 after a warm-up: memory = STREAM-style triad a[i] = b[i] + s*c[i] over 3 "
+                      "x 4 MiB of doubles (24 bytes per element: 2 reads + 1 write") != std::string::npos);
+  CHECK(r.output.find("compute = OpenBLAS sgemm 128 x 128 x 128") != std::string::npos);
+  CHECK(r.output.find("\n  2 threads: memory ") != std::string::npos);
+  CHECK(r.output.find("performance model: 0.4 MiB of matmul weights read per step") != std::string::npos);
+  CHECK(r.output.find("ceiling tok/s   share d/inv") != std::string::npos);
 
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
   CHECK(j["warmup"] == 1);
   CHECK(j["repeats"] == 3);
   CHECK(j["invariant_validated"] == true);
+  // The machine's ceilings per thread count.
+  REQUIRE(j.contains("ceilings"));
+  const auto& ce = j["ceilings"];
+  CHECK(ce["triad_array_bytes"] == 4 << 20);
+  CHECK(ce["triad_bytes_per_element"] == 24);
+  CHECK(ce["sgemm_size"] == 128);
+  REQUIRE(ce["per_threads"].size() == 2);
+  std::map<int, std::pair<double, double>> machine;  // threads -> GB/s, GFLOP/s
+  for (const auto& m : ce["per_threads"]) {
+    const double gb = m["triad_gb_per_s"], gf = m["sgemm_gflop_per_s"];
+    CHECK(std::isfinite(gb));
+    CHECK(gb > 0);
+    CHECK(std::isfinite(gf));
+    CHECK(gf > 0);
+    CHECK(m["triad_runs"].size() == 5);
+    machine[m["threads"].get<int>()] = {gb, gf};
+  }
+  REQUIRE(machine.count(1) == 1);
+  REQUIRE(machine.count(2) == 1);
+  // Each row's ceiling follows from its model numbers and its thread count's measurements.
+  auto check_ceiling = [&](const nlohmann::json& row, double tokens_per_step) {
+    CAPTURE(row.dump());
+    const auto [gb, gf] = machine[row["threads"].get<int>()];
+    CHECK(row["weight_bytes_per_step"] == 425984.0);  // (73728 layer + 32768 classifier) f32 weights
+    const double bytes = row["weight_bytes_per_step"].get<double>() + row["kv_bytes_per_step"].get<double>();
+    const double mem = gb * 1e9 / bytes * tokens_per_step, comp = gf * 1e9 / row["flops_per_token"].get<double>();
+    CHECK(row["memory_ceiling_tokens_per_s"].get<double>() == doctest::Approx(mem));
+    CHECK(row["compute_ceiling_tokens_per_s"].get<double>() == doctest::Approx(comp));
+    CHECK(row["ceiling_tokens_per_s"].get<double>() == doctest::Approx(std::min(mem, comp)));
+    CHECK(row["ceiling_kind"] == (mem <= comp ? "mem" : "compute"));
+    CHECK(row["default_share_of_ceiling"].get<double>() ==
+          doctest::Approx(row["default"]["mean"].get<double>() / std::min(mem, comp)));
+    CHECK(row["invariant_share_of_ceiling"].get<double>() ==
+          doctest::Approx(row["invariant"]["mean"].get<double>() / std::min(mem, comp)));
+  };
   REQUIRE(j["rows"].size() == 4);  // 2 thread counts x 2 batch sizes
+  for (const auto& row : j["rows"]) {
+    check_ceiling(row, row["batch_size"].get<double>());
+    CHECK(row["flops_per_token"].get<double>() > 2.0 * (73728 + 32768));  // plus attention
+  }
+  for (const auto& row : j["prefill_rows"]) check_ceiling(row, row["prompt_tokens"].get<double>());
   for (const auto& row : j["rows"]) {
     check_stats(row["default"], 3, 0.25);
     check_stats(row["invariant"], 3, 0.25);
@@ -90,13 +140,21 @@ TEST_CASE("bench: --no-prefill measures decode only") {
   auto dir = test::scratch_dir("bench-noprefill");
   const fs::path model = tiny_model(dir);
   auto r = test::run_cli("bench --model '" + model.string() +
-                         "' --threads 1 --batch-sizes 2 --max-tokens 3 --repeats 2 --warmup 0 --no-prefill --json -");
+                         "' --threads 1 --batch-sizes 2 --max-tokens 3 --repeats 2 --warmup 0 --no-prefill --json - "
+                         "--no-ceilings");
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find("prefill, ") == std::string::npos);
+  // --no-ceilings: nothing measured, no model line, no ceiling columns or fields.
+  CHECK(r.output.find("ceilings") == std::string::npos);
+  CHECK(r.output.find("performance model") == std::string::npos);
+  CHECK(r.output.find("ceiling tok/s") == std::string::npos);
   const auto j = nlohmann::json::parse(r.output.substr(r.output.find("\n{") + 1));
   CHECK(j["rows"].size() == 1);
   CHECK(j["prefill_rows"].empty());
+  CHECK_FALSE(j.contains("ceilings"));
+  CHECK_FALSE(j["rows"][0].contains("ceiling_tokens_per_s"));
+  CHECK_FALSE(j["rows"][0].contains("default_share_of_ceiling"));
 }
 
 TEST_CASE("bench: usage errors name the flag") {
@@ -115,4 +173,10 @@ TEST_CASE("bench: usage errors name the flag") {
   r = test::run_cli(m + "--prompt-lengths 128,x");
   CHECK(r.code == 2);
   CHECK(r.output.find("--prompt-lengths '128,x': expected a comma-separated list of integers") != std::string::npos);
+  r = test::run_cli(m + "--triad-mib 0");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--triad-mib must be in 1..16384") != std::string::npos);
+  r = test::run_cli(m + "--sgemm-size 8");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--sgemm-size must be in 16..8192") != std::string::npos);
 }

@@ -12,6 +12,10 @@
 // flags a cell whose coefficient of variation exceeds --noise-cv. It validates first: the
 // batch-invariant probe must be bit-identical (tokens and logits SHA-256) at every batch size,
 // thread count and run; the default mode's divergence from batch 1 is reported, not asserted.
+// Before the cells it measures this machine's ceilings at each thread count (memory bandwidth by a
+// STREAM-style triad, compute peak by OpenBLAS sgemm; repro/kernels/ceilings.hpp) and prints every
+// cell's mean as a share of the lower of its two ceilings (repro/engine/perf_model.hpp);
+// --no-ceilings skips that.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -25,7 +29,9 @@
 
 #include "repro/audit/batch_context.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/engine/perf_model.hpp"
 #include "repro/common/error.hpp"
+#include "repro/kernels/ceilings.hpp"
 #include "repro/kernels/kernels.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
@@ -50,6 +56,10 @@ struct BenchOptions {
   double noise_cv = 0.10;
   std::string prompt = "Once upon a time";
   std::string json;  // optional JSON output file ('-' = stdout)
+  bool no_ceilings = false;
+  int triad_mib = 256;     // per triad array
+  int sgemm_size = 1024;   // n of the n x n x n sgemm
+  int ceiling_repeats = 5;
 };
 
 constexpr const char* kSynth100m = "synth:100m";
@@ -110,6 +120,68 @@ std::string load_average() {
     std::fclose(f);
   }
   return s;
+}
+
+// This machine's ceilings at one thread count.
+struct MachineCeiling {
+  int threads = 0;
+  double gb_per_s = 0, gflop_per_s = 0;
+};
+
+// Measures the ceilings at every thread count, prints them, and returns them with their JSON.
+std::vector<MachineCeiling> measure_ceilings(const BenchOptions& o, const std::vector<int>& threads,
+                                             nlohmann::json& jout) {
+  const size_t array_bytes = static_cast<size_t>(o.triad_mib) << 20;
+  const auto triad = kernels::measure_triad(threads, array_bytes, o.ceiling_repeats);
+  const auto sgemm = kernels::measure_sgemm(threads, o.sgemm_size, o.ceiling_repeats);
+  fmt::print("ceilings, best of {} after a warm-up: memory = STREAM-style triad a[i] = b[i] + s*c[i] over 3 x {} MiB "
+             "of doubles (24 bytes per element: 2 reads + 1 write; the write-allocate read is not counted), "
+             "compute = OpenBLAS sgemm {} x {} x {} (2 n^3 flops)\n",
+             o.ceiling_repeats, o.triad_mib, o.sgemm_size, o.sgemm_size, o.sgemm_size);
+  std::vector<MachineCeiling> out;
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t i = 0; i < threads.size(); ++i) {
+    const MachineCeiling m{threads[i], triad[i].gb_per_s, sgemm[i].gflop_per_s};
+    fmt::print("  {} thread{}: memory {:.1f} GB/s, compute {:.1f} GFLOP/s\n", m.threads, m.threads == 1 ? "" : "s",
+               m.gb_per_s, m.gflop_per_s);
+    per.push_back({{"threads", m.threads},
+                   {"triad_gb_per_s", m.gb_per_s},
+                   {"triad_runs", triad[i].runs},
+                   {"sgemm_gflop_per_s", m.gflop_per_s},
+                   {"sgemm_runs", sgemm[i].runs}});
+    out.push_back(m);
+  }
+  const size_t llc = kernels::last_level_cache_bytes();
+  jout["ceilings"] = {{"last_level_cache_bytes", llc},
+                      {"triad_array_bytes", array_bytes},
+                      {"triad_bytes_per_element", 24},
+                      {"sgemm_size", o.sgemm_size},
+                      {"repeats", o.ceiling_repeats},
+                      {"per_threads", per}};
+  return out;
+}
+
+const MachineCeiling* ceiling_for(const std::vector<MachineCeiling>& cs, int threads) {
+  for (const auto& c : cs)
+    if (c.threads == threads) return &c;
+  return nullptr;
+}
+
+// "412.3 mem" and "41%/38%" (default / batch-invariant share of the ceiling).
+std::string ceiling_cell(const Ceiling& c) { return fmt::format("{:.1f} {}", c.tokens_per_s, c.kind); }
+std::string share_cell(double d, double inv) { return fmt::format("{:.0f}%/{:.0f}%", d * 100, inv * 100); }
+
+// The model's numbers and the ceiling of one row, for its JSON.
+void add_ceiling_json(nlohmann::json& row, const StepCost& cost, const Ceiling& c, double d_mean, double inv_mean) {
+  row["weight_bytes_per_step"] = cost.weight_bytes;
+  row["kv_bytes_per_step"] = cost.kv_bytes;
+  row["flops_per_token"] = cost.flops_per_token;
+  row["memory_ceiling_tokens_per_s"] = c.memory_tokens_per_s;
+  row["compute_ceiling_tokens_per_s"] = c.compute_tokens_per_s;
+  row["ceiling_tokens_per_s"] = c.tokens_per_s;
+  row["ceiling_kind"] = c.kind;
+  row["default_share_of_ceiling"] = c.tokens_per_s > 0 ? d_mean / c.tokens_per_s : 0.0;
+  row["invariant_share_of_ceiling"] = c.tokens_per_s > 0 ? inv_mean / c.tokens_per_s : 0.0;
 }
 
 // One batch: the probe at row batch/2 among batch-1 fillers, all max_tokens long.
@@ -208,6 +280,9 @@ int run_bench(const BenchOptions& o) {
   if (o.repeats < 2) throw UsageError("--repeats must be at least 2 (a spread needs two measurements)");
   if (o.warmup < 0) throw UsageError("--warmup must be 0 or more");
   if (!(o.noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
+  if (o.triad_mib < 1 || o.triad_mib > 16384)
+    throw UsageError("--triad-mib must be in 1..16384 (MiB per array; well above the last-level cache, e.g. 256)");
+  if (o.sgemm_size < 16 || o.sgemm_size > 8192) throw UsageError("--sgemm-size must be in 16..8192, e.g. 1024");
 
   std::vector<std::string> models = o.engine.models;
   if (models.empty()) {
@@ -241,6 +316,11 @@ int run_bench(const BenchOptions& o) {
                          {"op_tables", tables},
                          {"rows", nlohmann::json::array()},
                          {"prefill_rows", nlohmann::json::array()}};
+  // The ceilings are this CPU's: a cell on another device gets none.
+  std::vector<MachineCeiling> ceilings;
+  if (!o.no_ceilings && device == Device::Cpu) ceilings = measure_ceilings(o, threads, jout);
+  else if (!o.no_ceilings)
+    fmt::print("ceilings: not measured (they are the CPU's; --device {})\n", device_name(device));
   bool all_ok = true, any_noisy = false;
   for (const std::string& spec : models) {
     const std::string path = resolve_model_spec(spec);
@@ -248,6 +328,7 @@ int run_bench(const BenchOptions& o) {
     const ModelConfig& c = model->config;
     const std::string name = std::filesystem::path(path).filename().string();
     const int probe_len = static_cast<int>(model->tokenizer->encode(o.prompt, true).size());
+    const ModelCosts costs = model_costs(*model);
     int max_tokens = o.max_tokens;
     int longest_prompt = probe_len;
     for (const auto& f : filler_pool())
@@ -262,7 +343,21 @@ int run_bench(const BenchOptions& o) {
     std::vector<int> ref_tokens;
     std::string ref_sha;
     bool inv_ok = true;
+    if (!ceilings.empty()) {
+      const size_t llc = kernels::last_level_cache_bytes();
+      fmt::print("performance model: {:.1f} MiB of matmul weights read per step, {:.1f} MFLOP per token in the "
+                 "matmuls, KV cache {} bytes per position{}\n",
+                 static_cast<double>(costs.weight_bytes()) / (1 << 20),
+                 2.0 * static_cast<double>(costs.layer_matmul_params + costs.classifier_params) / 1e6,
+                 costs.kv_bytes_per_position,
+                 llc > 0 && static_cast<size_t>(costs.weight_bytes()) < llc
+                     ? fmt::format(" (smaller than the {} MiB last-level cache: DRAM bandwidth need not bound "
+                                   "this model, a share above 100% can happen)",
+                                   llc >> 20)
+                     : "");
+    }
     for (int t : threads) {
+      const MachineCeiling* mc = ceiling_for(ceilings, t);
       std::unique_ptr<Engine> engines[2];
       for (int m = 0; m < 2; ++m)
         engines[m] = std::make_unique<Engine>(*model, EngineOptions{modes[m], t, device, precision});
@@ -270,7 +365,8 @@ int run_bench(const BenchOptions& o) {
       // ---- decode ----
       fmt::print("decode, {} thread{}: generated tokens/s after the prefill step, mean ±stddev [min-max]\n", t,
                  t == 1 ? "" : "s");
-      fmt::print("{:>6} {:>32} {:>32} {:>12}  {}\n", "batch", "default", "batch-invariant", "inv/default",
+      fmt::print("{:>6} {:>32} {:>32} {:>12}  {}{}\n", "batch", "default", "batch-invariant", "inv/default",
+                 mc ? fmt::format("{:>16} {:>13}  ", "ceiling tok/s", "share d/inv") : "",
                  "default probe vs batch 1");
       std::string default_sha1;  // default probe at batch 1 for this thread count
       for (int b : batches) {
@@ -306,10 +402,18 @@ int run_bench(const BenchOptions& o) {
                                   : first[0].probe_sha == default_sha1 ? "same bits"
                                                                        : "differs";
         const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
-        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}  {}{}\n", b, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
-                   ratio, dnote, same ? "" : "  INVARIANT PROBE DIFFERS");
+        std::vector<int> prompt_lengths;
+        for (const auto& rq : reqs) prompt_lengths.push_back(static_cast<int>(rq.prompt.size()));
+        const StepCost cost = decode_cost(costs, prompt_lengths, max_tokens);
+        const Ceiling lim = mc ? ceiling_of(cost, mc->gb_per_s, mc->gflop_per_s) : Ceiling{};
+        const std::string ceiling_cols =
+            mc ? fmt::format("{:>16} {:>13}  ", ceiling_cell(lim),
+                             share_cell(d.mean / lim.tokens_per_s, inv.mean / lim.tokens_per_s))
+               : "";
+        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}  {}{}{}\n", b, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
+                   ratio, ceiling_cols, dnote, same ? "" : "  INVARIANT PROBE DIFFERS");
         std::fflush(stdout);
-        jout["rows"].push_back({{"model", name},
+        nlohmann::json row = {{"model", name},
                                 {"threads", t},
                                 {"batch_size", b},
                                 {"decode_tokens", static_cast<int64_t>(b) * (max_tokens - 1)},
@@ -319,14 +423,17 @@ int run_bench(const BenchOptions& o) {
                                 {"invariant", stats_json(inv, o.noise_cv)},
                                 {"ratio", ratio},
                                 {"invariant_probe_identical", same},
-                                {"default_probe_same_as_batch1", b == 1 || first[0].probe_sha == default_sha1}});
+                                {"default_probe_same_as_batch1", b == 1 || first[0].probe_sha == default_sha1}};
+        if (mc) add_ceiling_json(row, cost, lim, d.mean, inv.mean);
+        jout["rows"].push_back(std::move(row));
       }
 
       // ---- prefill ----
       if (lengths.empty()) continue;
       fmt::print("prefill, {} thread{}: prompt tokens/s of one sequence, mean ±stddev [min-max]\n", t,
                  t == 1 ? "" : "s");
-      fmt::print("{:>6} {:>32} {:>32} {:>12}\n", "prompt", "default", "batch-invariant", "inv/default");
+      fmt::print("{:>6} {:>32} {:>32} {:>12}{}\n", "prompt", "default", "batch-invariant", "inv/default",
+                 mc ? fmt::format("  {:>16} {:>13}", "ceiling tok/s", "share d/inv") : "");
       for (int len0 : lengths) {
         const int len = std::min(len0, c.context_length - 1);
         if (len != len0)
@@ -345,15 +452,23 @@ int run_bench(const BenchOptions& o) {
         const Stats d = summarize(runs[0]), inv = summarize(runs[1]);
         any_noisy = any_noisy || d.cv > o.noise_cv || inv.cv > o.noise_cv;
         const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
-        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}\n", len, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
-                   ratio);
+        const StepCost cost = prefill_cost(costs, len);
+        const Ceiling lim = mc ? ceiling_of(cost, mc->gb_per_s, mc->gflop_per_s) : Ceiling{};
+        const std::string ceiling_cols =
+            mc ? fmt::format("  {:>16} {:>13}", ceiling_cell(lim),
+                             share_cell(d.mean / lim.tokens_per_s, inv.mean / lim.tokens_per_s))
+               : "";
+        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}{}\n", len, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
+                   ratio, ceiling_cols);
         std::fflush(stdout);
-        jout["prefill_rows"].push_back({{"model", name},
-                                        {"threads", t},
-                                        {"prompt_tokens", len},
-                                        {"default", stats_json(d, o.noise_cv)},
-                                        {"invariant", stats_json(inv, o.noise_cv)},
-                                        {"ratio", ratio}});
+        nlohmann::json row = {{"model", name},
+                              {"threads", t},
+                              {"prompt_tokens", len},
+                              {"default", stats_json(d, o.noise_cv)},
+                              {"invariant", stats_json(inv, o.noise_cv)},
+                              {"ratio", ratio}};
+        if (mc) add_ceiling_json(row, cost, lim, d.mean, inv.mean);
+        jout["prefill_rows"].push_back(std::move(row));
       }
     }
     fmt::print("validation: batch-invariant probe {} across batch sizes {} and threads {} (logits sha256 {}...)\n",
@@ -403,6 +518,12 @@ void setup_bench(CLI::App& parent, Runner& runner) {
   sub->add_option("--noise-cv", o->noise_cv, "Flag a cell whose stddev / mean exceeds this")->capture_default_str();
   sub->add_option("--prompt", o->prompt, "Probe prompt")->capture_default_str();
   sub->add_option("--json", o->json, "Also write the tables as JSON to this file ('-' = stdout)");
+  sub->add_flag("--no-ceilings", o->no_ceilings,
+                "Skip measuring this machine's memory bandwidth and sgemm peak and the cells' share of them");
+  sub->add_option("--triad-mib", o->triad_mib, "MiB per array of the memory-bandwidth triad (3 arrays)")
+      ->capture_default_str();
+  sub->add_option("--sgemm-size", o->sgemm_size, "n of the n x n x n sgemm that measures the compute peak")
+      ->capture_default_str();
   sub->callback([o, &runner] { runner = [o] { return run_bench(*o); }; });
 }
 
