@@ -3,7 +3,9 @@
 // first validates the batch-invariant matmul against the reference (bitwise, on a column subset)
 // and the OpenBLAS default against it (tolerance), then times both side by side in the same run
 // and prints GFLOP/s and the ratio invariant / default. Shapes: the ~100M model's matmuls
-// (dim 768, hidden 2048, vocab 32000) at M in {1, 8, 32, 64}, threads 1 and 2.
+// (dim 768, hidden 2048, vocab 32000) at M in {1, 8, 32, 64}, threads 1 and 2. A second case
+// times, for Q8_0 and Q4_K weights of a 1.1B model's shapes, the integer dot-product path against
+// the f32 panel path (and sgemm from kQuantSgemmMinRows rows), which sets quant_int_max_rows.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +17,10 @@
 #include <random>
 #include <vector>
 
+#include "../kernels/matmul/quant_dot.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/kernels/kernels.hpp"
+#include "repro/kernels/matmul_quant.hpp"
 
 using namespace repro;
 using namespace repro::kernels;
@@ -99,5 +104,40 @@ TEST_CASE("bench: matmul invariant vs OpenBLAS default (GFLOP/s, ratio)") {
         std::fflush(stdout);
       }
     }
+  }
+}
+
+TEST_CASE("bench: quantized matmul, integer path vs f32 panels (GB/s of weights, ratio)") {
+  struct NK {
+    int N, K;
+  };
+  const NK shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}};
+  std::printf("%-5s %-8s %-5s %-5s %-5s %10s %10s %8s\n", "type", "threads", "M", "N", "K", "int ms", "f32 ms",
+              "f32/int");
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (quant::Format f : {quant::Format::Q8_0, quant::Format::Q4_K})
+      for (const NK nk : shapes) {
+        const int N = nk.N, K = nk.K;
+        const auto wf = random_vec((size_t)N * K, 7 + N + K);
+        const size_t rb = quant::row_bytes(f, K);
+        std::vector<uint8_t> wq(rb * N);
+        for (int n = 0; n < N; ++n) quant::quantize_row(f, wf.data() + (size_t)n * K, wq.data() + rb * n, K);
+        const QuantWeight w{f, wq.data(), rb};
+        const auto x = random_vec((size_t)256 * K, 3 + K);
+        for (int M : {1, 8, 32, 64, 128, 256}) {
+          std::vector<float> yi((size_t)M * N), yp((size_t)M * N);
+          double ti, tp;
+          best_seconds([&] { detail::matmul_q_int(x.data(), w, yi.data(), M, N, K, pool); },
+                       [&] {
+                         if (M >= kQuantSgemmMinRows) return matmul_q_default(x.data(), w, yp.data(), M, N, K, pool);
+                         detail::matmul_q_panels(x.data(), w, yp.data(), M, N, K, pool);
+                       },
+                       ti, tp);
+          std::printf("%-5s %-8d %-5d %-5d %-5d %10.3f %10.3f %8.2f\n", quant::format_name(f), threads, M, N, K,
+                      ti * 1e3, tp * 1e3, tp / ti);
+          std::fflush(stdout);
+        }
+      }
   }
 }

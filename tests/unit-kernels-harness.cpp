@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/matmul/quant_dot.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/engine/device.hpp"
@@ -107,9 +108,11 @@ std::vector<Table> tables() {
 using RowOp = std::function<std::vector<float>(Ops&, const std::vector<int>& rows)>;
 
 // Runs op on every batch size and checks each row against the row alone and the reference.
-// exact: memcmp against both (else: relative error below tol, bitwise differences counted).
+// exact: memcmp against both (else: relative error below tol, bitwise differences counted; from
+// large_from rows on, against reference_large when given: the default table may change algorithm
+// with the batch size).
 void check_rows(Table& t, const char* op, size_t width, const std::vector<float>& reference, bool exact, float tol,
-                const RowOp& run) {
+                const RowOp& run, const std::vector<float>* reference_large = nullptr, int large_from = 0) {
   const std::string op_name = op;
   CAPTURE(t.spec.name);
   CAPTURE(t.threads);
@@ -136,7 +139,7 @@ void check_rows(Table& t, const char* op, size_t width, const std::vector<float>
     if (exact) {
       CHECK_MESSAGE(differ == 0, op << ": rows of a batch of " << b << " differ from the row alone: " << differ);
     } else {
-      const auto ref = gather(reference, idx, width);
+      const auto ref = gather(reference_large && b >= large_from ? *reference_large : reference, idx, width);
       CHECK(rel_err(y.data(), ref.data(), y.size()) < tol);
       counts += " M=" + std::to_string(b) + ":" + std::to_string(differ) + "/" + std::to_string(b);
     }
@@ -210,8 +213,10 @@ TEST_CASE("op tables: matmul and rmsnorm, every table, every batch size") {
 }
 
 TEST_CASE("op tables: matmul on weights in every stored type, every table, every batch size") {
-  // The weight stays in its type; the reference is matmul_q_reference (the f32 lane dot over the
-  // exactly dequantized rows), which the invariant tables reproduce bitwise.
+  // The weight stays in its type; the reference is matmul_q_reference (for Q8_0 and Q4_K the
+  // integer dot products on 8-bit activation rows, else the f32 lane dot over the exactly
+  // dequantized rows), which the invariant tables reproduce bitwise. The default table leaves the
+  // integer path from quant_int_max_rows(type) rows on: there it is held to the f32 product.
   const int N = 45, K = 512;
   const auto x = nonzero(static_cast<size_t>(kPool) * K, 77);
   const auto wf = nonzero(static_cast<size_t>(N) * K, 78);
@@ -222,6 +227,9 @@ TEST_CASE("op tables: matmul on weights in every stored type, every table, every
     for (int n = 0; n < N; ++n) quant::quantize_row(dt, &wf[static_cast<size_t>(n) * K], &wq[n * rb], K);
     std::vector<float> ref(static_cast<size_t>(kPool) * N);
     matmul_q_reference(x.data(), {dt, wq.data(), rb}, ref.data(), kPool, N, K);
+    std::vector<float> ref_f32(ref.size());
+    detail::matmul_q_panels_reference(x.data(), {dt, wq.data(), rb}, ref_f32.data(), kPool, N, K);
+    const int switches_at = quant_int_max_rows(dt);
     for (Table& t : tables()) {
       const Weight W = t.ops->bind_weight({dt, N, K, wq.data()});
       check_rows(t, "matmul", N, ref, t.invariant(), 1e-5f, [&](Ops& ops, const std::vector<int>& rows) {
@@ -229,7 +237,7 @@ TEST_CASE("op tables: matmul on weights in every stored type, every table, every
         Buffer xb = to_device(ops, gather(x, rows, K)), yb = ops.alloc(static_cast<size_t>(M) * N);
         ops.matmul(xb, W, yb, M);
         return to_host(ops, yb, static_cast<size_t>(M) * N);
-      });
+      }, switches_at > 0 ? &ref_f32 : nullptr, switches_at);
     }
   }
 }

@@ -1,9 +1,12 @@
 // ctest-labels: unit
 // Block formats (repro/common/quant.hpp) and the matmul on weights kept in their stored format:
 // dequantization of hand-built blocks is exact; quantize -> dequantize stays within one
-// quantization step of each sub-block; the batch-invariant quantized matmul is bitwise equal to
+// quantization step of each sub-block; the 8-bit activation rows of the integer path (Q8_0, Q4_K)
+// follow their rounding rule and stay within half a step; the integer kernels (AVX2) give the bits
+// of the plain loops for any block bytes; the batch-invariant quantized matmul is bitwise equal to
 // its plain-loop reference for every row, batch size, batch mates, position and thread count
-// (memcmp), on both the AVX2 and the portable path; the default path is close to the reference.
+// (memcmp), on both the AVX2 and the portable path; the default path is bitwise the reference
+// while it takes the integer path and close to the f32 product after.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +17,8 @@
 #include <vector>
 
 #include "../kernels/common.hpp"
+#include "../kernels/matmul/quant_dot.hpp"
+#include "repro/common/dtype.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/kernels/kernels.hpp"
 #include "repro/kernels/matmul_quant.hpp"
@@ -253,7 +258,8 @@ TEST_CASE("quant: F16 and BF16 round to nearest even; an all-zero row stays zero
   }
 }
 
-TEST_CASE("quant matmul: reference equals the f32 reference on the dequantized weights") {
+TEST_CASE("quant matmul: the f32 panel reference equals the f32 reference on the dequantized weights") {
+  // The definition of the formats without an integer path, and of the default table's f32 panels.
   const int N = 40, K = 512, M = 5;
   std::vector<float> x = random_vec(static_cast<size_t>(M) * K, 11);
   for (Format f : kQuantized) {
@@ -262,11 +268,172 @@ TEST_CASE("quant matmul: reference equals the f32 reference on the dequantized w
     std::vector<uint8_t> wq = quantize(f, wf);
     std::vector<float> wd = dequantize(f, wq, wf.size());
     const QuantWeight w{f, wq.data(), quant::row_bytes(f, K)};
-    std::vector<float> y(static_cast<size_t>(M) * N), yref(y.size());
-    matmul_q_reference(x.data(), w, y.data(), M, N, K);
+    std::vector<float> y(static_cast<size_t>(M) * N), yref(y.size()), yq(y.size());
+    detail::matmul_q_panels_reference(x.data(), w, y.data(), M, N, K);
     matmul_reference(x.data(), wd.data(), yref.data(), M, N, K);
     CHECK(std::memcmp(y.data(), yref.data(), y.size() * 4) == 0);
+    matmul_q_reference(x.data(), w, yq.data(), M, N, K);
+    CHECK(has_int_dot(f) == (f == Format::Q8_0 || f == Format::Q4_K));
+    if (!has_int_dot(f)) CHECK(std::memcmp(yq.data(), yref.data(), y.size() * 4) == 0);
   }
+}
+
+TEST_CASE("quant activations: 8-bit rows per block of the weight format, rounding rule, half-step bound") {
+  for (Format f : {Format::Q8_0, Format::Q4_K}) {
+    CAPTURE(std::string(quant::format_name(f)));
+    const int blk = f == Format::Q8_0 ? 32 : 256, K = 3 * blk;
+    std::vector<int8_t> q(K);
+    std::vector<float> d(K / 32);
+    std::vector<int16_t> bsum(K / 32, -1);
+    for (uint32_t seed = 0; seed < 50; ++seed) {
+      // Magnitudes from 1e-3 to 1e3; block 1 all zero on odd seeds.
+      const float mag = std::pow(10.0f, static_cast<float>(seed % 7) - 3.0f);
+      std::vector<float> x = random_vec(K, 400 + seed, -mag, mag);
+      if (seed % 2) std::fill(x.begin() + blk, x.begin() + 2 * blk, 0.0f);
+      quantize_act_row_reference(f, x.data(), K, q.data(), d.data(), bsum.data());
+      for (int b = 0; b < K / blk; ++b) {
+        float amax = 0;
+        for (int i = 0; i < blk; ++i) amax = std::max(amax, std::fabs(x[b * blk + i]));
+        CHECK(d[b] == amax / 127.0f);
+        bool reached = amax == 0;
+        for (int i = 0; i < blk; ++i) {
+          const int k = b * blk + i;
+          CHECK(std::abs(static_cast<int>(q[k])) <= 127);
+          if (amax == 0) {
+            CHECK(q[k] == 0);
+            continue;
+          }
+          // round to nearest: within half a step (plus the f32 rounding of x / d and d * q)
+          CHECK(std::fabs(x[k] - d[b] * static_cast<float>(q[k])) <= d[b] * (0.5f + 1e-4f));
+          reached = reached || std::abs(static_cast<int>(q[k])) == 127;
+        }
+        CHECK(reached);  // the largest element maps to +-127
+      }
+      if (f == Format::Q4_K)
+        for (int s = 0; s < K / 32; ++s) {
+          int t = 0;
+          for (int i = 0; i < 32; ++i) t += q[32 * s + i];
+          CHECK(bsum[s] == t);
+        }
+    }
+    // Ties round half to even: with amax = 127 the scale is exactly 1.
+    std::vector<float> x(K, 0.0f);
+    x[0] = 127.0f;
+    x[1] = 2.5f;
+    x[2] = 3.5f;
+    x[3] = -2.5f;
+    x[4] = -0.5f;
+    x[5] = 126.5f;
+    quantize_act_row_reference(f, x.data(), K, q.data(), d.data(), bsum.data());
+    CHECK(d[0] == 1.0f);
+    CHECK(q[0] == 127);
+    CHECK(q[1] == 2);
+    CHECK(q[2] == 4);
+    CHECK(q[3] == -2);
+    CHECK(q[4] == 0);
+    CHECK(q[5] == 126);
+  }
+}
+
+TEST_CASE("quant matmul, integer path: AVX2 equals the plain loops (memcmp) for any block bytes and several K") {
+  // Arbitrary weight bytes (every nibble, packed 6-bit scale and min, int8 -128) with finite f16
+  // scales; activation rows with ties, zero blocks and one large element. K: Q8_0 any multiple of
+  // 32 (the loader requires rows to be whole blocks), Q4_K of 256.
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (Format f : {Format::Q8_0, Format::Q4_K}) {
+    const std::vector<int> Ks = f == Format::Q8_0 ? std::vector<int>{32, 96, 1056} : std::vector<int>{256, 1280, 2816};
+    const quant::Block bk = quant::block_of(f);
+    for (int K : Ks) {
+      CAPTURE(std::string(quant::format_name(f)));
+      CAPTURE(K);
+      const int N = 19, M = 7;
+      const size_t rb = quant::row_bytes(f, K);
+      std::vector<uint8_t> wq(rb * N);
+      for (auto& b : wq) b = static_cast<uint8_t>(rng());
+      for (int n = 0; n < N; ++n)
+        for (int b = 0; b < K / bk.elems; ++b) {
+          uint8_t* blk = wq.data() + rb * n + static_cast<size_t>(b) * bk.bytes;
+          const uint16_t dh = f32_to_f16(scale(rng)), mh = f32_to_f16(scale(rng));
+          blk[0] = static_cast<uint8_t>(dh & 0xff);
+          blk[1] = static_cast<uint8_t>(dh >> 8);
+          if (f == Format::Q4_K) {
+            blk[2] = static_cast<uint8_t>(mh & 0xff);
+            blk[3] = static_cast<uint8_t>(mh >> 8);
+          }
+        }
+      std::vector<float> x = random_vec(static_cast<size_t>(M) * K, 500 + K, -4.0f, 4.0f);
+      std::fill(x.begin(), x.begin() + 32, 0.0f);  // a zero block
+      x[static_cast<size_t>(K) + 3] = 1e4f;        // one large element
+      for (int i = 0; i < 16; ++i) x[2 * static_cast<size_t>(K) + i] = 0.5f * static_cast<float>(i - 8);  // ties
+      const QuantWeight w{f, wq.data(), rb};
+      std::vector<float> ref(static_cast<size_t>(M) * N);
+      matmul_q_reference(x.data(), w, ref.data(), M, N, K);
+      // The activation rows: SIMD build == plain loops.
+      for (bool simd : {false, true}) {
+        detail::QuantActs a;
+        detail::quantize_acts(f, x.data(), M, K, a, simd);
+        std::vector<int8_t> q(K);
+        std::vector<float> d(K / 32);
+        std::vector<int16_t> bs(K / 32);
+        for (int m = 0; m < M; ++m) {
+          quantize_act_row_reference(f, x.data() + static_cast<size_t>(m) * K, K, q.data(), d.data(), bs.data());
+          CHECK(std::memcmp(a.qrow(m), q.data(), K) == 0);
+          CHECK(std::memcmp(a.drow(m), d.data(), a.blocks * sizeof(float)) == 0);
+          if (f == Format::Q4_K) CHECK(std::memcmp(a.brow(m), bs.data(), a.sub * sizeof(int16_t)) == 0);
+        }
+      }
+      ThreadPool one(1), two(2);
+      for (bool portable : portable_modes()) {
+        ForcePortable fp(portable);
+        CAPTURE(portable);
+        for (ThreadPool* pool : {&one, &two}) {
+          std::vector<float> y(ref.size(), -1.0f);
+          matmul_q_invariant(x.data(), w, y.data(), M, N, K, *pool);
+          CHECK(std::memcmp(y.data(), ref.data(), y.size() * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quant matmul, integer path: the products of the 8-bit rows, within the activation rounding of f32") {
+  const int N = 30, M = 4;
+  for (Format f : {Format::Q8_0, Format::Q4_K})
+    for (int K : {256, 2048}) {
+      CAPTURE(std::string(quant::format_name(f)));
+      CAPTURE(K);
+      std::vector<float> x = random_vec(static_cast<size_t>(M) * K, 61 + K, -2.0f, 2.0f);
+      std::vector<uint8_t> wq = quantize(f, random_vec(static_cast<size_t>(N) * K, 62 + K));
+      std::vector<float> wd = dequantize(f, wq, static_cast<size_t>(N) * K);
+      const QuantWeight w{f, wq.data(), quant::row_bytes(f, K)};
+      std::vector<float> y(static_cast<size_t>(M) * N);
+      matmul_q_reference(x.data(), w, y.data(), M, N, K);
+      const int blk = f == Format::Q8_0 ? 32 : 256;
+      std::vector<int8_t> q(K);
+      std::vector<float> d(K / 32);
+      std::vector<int16_t> bs(K / 32);
+      for (int m = 0; m < M; ++m) {
+        const float* xr = x.data() + static_cast<size_t>(m) * K;
+        quantize_act_row_reference(f, xr, K, q.data(), d.data(), bs.data());
+        for (int n = 0; n < N; ++n) {
+          const float* wr = wd.data() + static_cast<size_t>(n) * K;
+          double exact_q = 0, exact = 0, mag = 0, bound = 0;
+          for (int k = 0; k < K; ++k) {
+            const double xq = static_cast<double>(d[k / blk]) * q[k];
+            exact_q += static_cast<double>(wr[k]) * xq;
+            exact += static_cast<double>(wr[k]) * xr[k];
+            mag += std::fabs(static_cast<double>(wr[k]) * xq);
+            bound += std::fabs(static_cast<double>(wr[k])) * 0.5 * d[k / blk];
+          }
+          const double yv = y[static_cast<size_t>(m) * N + n];
+          // f32 accumulation of exact integer block sums: a few ulps of the magnitude
+          CHECK(std::fabs(yv - exact_q) <= 1e-5 * mag);
+          // against f32 activations: at most half a step per element, weighted by |w|
+          CHECK(std::fabs(yv - exact) <= bound * 1.001 + 1e-5 * mag);
+        }
+      }
+    }
 }
 
 TEST_CASE("quant matmul: invariant path is bitwise the reference for every row, batch and thread count") {
@@ -276,8 +443,8 @@ TEST_CASE("quant matmul: invariant path is bitwise the reference for every row, 
   struct Shape {
     int N, K;
   };
-  // K = 256 (one K block), 768; N not a multiple of the panel or the tiles.
-  const Shape shapes[] = {{53, 256}, {100, 768}};
+  // K = 256 (one K block), 768, 1280; N not a multiple of the panel or the tiles.
+  const Shape shapes[] = {{53, 256}, {100, 768}, {37, 1280}};
   std::vector<ThreadPool*> pools;
   for (int t : kThreads) pools.push_back(new ThreadPool(t));
   for (bool portable : portable_modes()) {
@@ -317,24 +484,31 @@ TEST_CASE("quant matmul: invariant path is bitwise the reference for every row, 
   for (ThreadPool* p : pools) delete p;
 }
 
-TEST_CASE("quant matmul: default path is close to the reference at every batch size") {
+TEST_CASE("quant matmul: default path is the reference on the integer path, close to the f32 product after") {
   const int N = 70, K = 512;
   ThreadPool pool(2);
   for (Format f : kQuantized) {
     CAPTURE(std::string(quant::format_name(f)));
     std::vector<uint8_t> wq = quantize(f, random_vec(static_cast<size_t>(N) * K, 31));
     const QuantWeight w{f, wq.data(), quant::row_bytes(f, K)};
-    for (int b : {1, 7, 33, kQuantSgemmMinRows, kQuantSgemmMinRows + 3}) {
+    CHECK(quant_int_max_rows(f) == (f == Format::Q4_K ? kQuantSgemmMinRows : f == Format::Q8_0 ? 64 : 0));
+    for (int b : {1, 7, 33, 63, 64, 200, kQuantSgemmMinRows, kQuantSgemmMinRows + 3}) {
       std::vector<float> x = random_vec(static_cast<size_t>(b) * K, 32 + b);
       std::vector<float> y(static_cast<size_t>(b) * N), ref(y.size());
-      matmul_q_reference(x.data(), w, ref.data(), b, N, K);
       matmul_q_default(x.data(), w, y.data(), b, N, K, pool);
+      CAPTURE(b);
+      if (b < quant_int_max_rows(f)) {
+        matmul_q_reference(x.data(), w, ref.data(), b, N, K);
+        CHECK(std::memcmp(y.data(), ref.data(), y.size() * 4) == 0);
+        continue;
+      }
+      // f32 activations (the reference of the other formats is this product)
+      detail::matmul_q_panels_reference(x.data(), w, ref.data(), b, N, K);
       float scale = 0, err = 0;
       for (size_t i = 0; i < y.size(); ++i) {
         scale = std::max(scale, std::fabs(ref[i]));
         err = std::max(err, std::fabs(y[i] - ref[i]));
       }
-      CAPTURE(b);
       CHECK(err <= 1e-4f * scale);
     }
   }

@@ -1,7 +1,9 @@
 // matmul with quantized weights, default: the fastest path per shape, as production engines run.
 //
-// Batches below kQuantSgemmMinRows (256) take the panel kernel of matmul_q_invariant: at small M
-// the cost is reading and dequantizing the weights, which that kernel does once per panel. Larger
+// Q8_0 and Q4_K weights below quant_int_max_rows(format) rows take the integer dot-product kernels (8-bit
+// activations, as in batch-invariant mode). Otherwise batches below kQuantSgemmMinRows (256) take
+// the f32 panel kernel: at small M the cost is reading and dequantizing the weights, which that
+// kernel does once per panel. Larger
 // batches dequantize chunks of weight rows to f32 (threads over rows) and call OpenBLAS
 // cblas_sgemm, whose kernel, blocking and thread split depend on M, N, K and the thread count: NOT
 // batch-invariant (a row's bits depend on its batch), which is the honest default.
@@ -12,12 +14,14 @@
 #include <vector>
 
 #include "repro/kernels/matmul_quant.hpp"
+#include "quant_dot.hpp"
 
 namespace repro::kernels {
 
 void matmul_q_default(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
   if (M <= 0 || N <= 0) return;
-  if (M < kQuantSgemmMinRows) return matmul_q_invariant(x, w, y, M, N, K, pool);
+  if (M < quant_int_max_rows(w.format)) return detail::matmul_q_int(x, w, y, M, N, K, pool);
+  if (M < kQuantSgemmMinRows) return detail::matmul_q_panels(x, w, y, M, N, K, pool);
   static std::atomic<int> blas_threads{0};
   const int t = pool.size();
   if (blas_threads.load(std::memory_order_relaxed) != t) {

@@ -1,6 +1,9 @@
 // matmul with quantized weights, batch-invariant fast path: bitwise equal to matmul_q_reference.
 //
-// Why it is batch-invariant: threads take contiguous ranges of weight rows (output columns) in
+// Q8_0 and Q4_K weights take the integer dot-product kernels (quant_dot.cpp: row-local activation
+// quantization, exact integer block sums, one fixed float order per K and format).
+//
+// The other formats, f32 panels. Why they are batch-invariant: threads take contiguous ranges of weight rows (output columns) in
 // panels of kPanel rows; a panel is dequantized once into f32 scratch (the same element values as
 // quant::dequantize_row, whatever the panel) and the f32 invariant register tiles run over all M
 // rows of x. A tile only decides which elements are computed together, never how one is summed:
@@ -11,6 +14,7 @@
 
 #include "repro/kernels/kernels.hpp"
 #include "repro/kernels/matmul_quant.hpp"
+#include "quant_dot.hpp"
 #include "tiles.hpp"
 
 namespace repro::kernels {
@@ -55,7 +59,7 @@ void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int
 
 }  // namespace
 
-void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
+void detail::matmul_q_panels(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
   if (M <= 0 || N <= 0) return;
   const bool avx2 = use_avx2();
   const double flops = 2.0 * M * N * (double)K;
@@ -64,6 +68,11 @@ void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, i
   pool.parallel_for(units, [&](int b, int e) {
     run_range(x, w, y, M, N, K, b * kPanel, std::min(N, e * kPanel), avx2);
   });
+}
+
+void matmul_q_invariant(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
+  if (has_int_dot(w.format)) return detail::matmul_q_int(x, w, y, M, N, K, pool);
+  detail::matmul_q_panels(x, w, y, M, N, K, pool);
 }
 
 }  // namespace repro::kernels

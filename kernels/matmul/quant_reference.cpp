@@ -1,22 +1,118 @@
 // matmul with quantized weights, reference: plain loops that DEFINE the batch-invariant order.
 //
-// Why it is batch-invariant: y[m][n] = detail::dot_lanes(x[m], dequantize(w[n]), K). Weight row n
-// is dequantized element by element as quant::dequantize_row defines it (a function of the stored
-// bytes alone), and the dot product follows the f32 lane order (8 lanes over k mod 8, fma, zero
-// padding, fixed tree), which depends on K only. Nothing depends on M, on the other rows, on the
-// row's position or on threads. matmul_q_invariant reproduces these bits exactly.
+// Q8_0 and Q4_K weights (the integer dot-product path, definitions in repro/kernels/matmul_quant.hpp):
+// each activation row is quantized on its own (quantize_act_block below), the products within a
+// block are summed in int32 (exact), and the float combination runs in 8 lanes over the blocks in
+// increasing order, then tree8. Other formats: y[m][n] = detail::dot_lanes(x[m], dequantize(w[n]), K).
+// Either way a result depends on its own activation row, its weight row, K and the format only:
+// nothing depends on M, on the other rows, on the row's position or on threads.
+// matmul_q_invariant reproduces these bits exactly.
+#include <cmath>
 #include <vector>
 
 #include "../common.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "quant_dot.hpp"
+#include "repro/common/dtype.hpp"
 
 namespace repro::kernels {
+namespace detail {
+namespace {
 
-void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K) {
+uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// The 6-bit scale and min of sub-block j of a Q4_K block (layout in repro/common/quant.hpp).
+void scale_min(const uint8_t* s, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+// Q8_0: isum_l = sum over i < 4 of w[32b + 4l + i] * q[32b + 4l + i] (int32, |isum_l| <= 4 * 128 *
+// 127); acc_l = fma(d_w * d_x, (float)isum_l, acc_l), blocks in increasing order; y = tree8(acc).
+float dot_q8_0_reference(const uint8_t* w, const int8_t* q, const float* d, int K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int b = 0; b < K / 32; ++b) {
+    const uint8_t* blk = w + 34 * b;
+    const float s = f16_to_f32(load16(blk)) * d[b];
+    for (int l = 0; l < 8; ++l) {
+      int32_t isum = 0;
+      for (int i = 0; i < 4; ++i)
+        isum += static_cast<int32_t>(static_cast<int8_t>(blk[2 + 4 * l + i])) * q[32 * b + 4 * l + i];
+      acc[l] = std::fma(s, static_cast<float>(isum), acc[l]);
+    }
+  }
+  return tree8(acc);
+}
+
+// Q4_K: per block, with the 6-bit scales sc_s and mins m_s of its 8 sub-blocks,
+//   isum_l = sum over s < 8 of sc_s * (sum over i < 4 of qw[32s + 4l + i] * q[32s + 4l + i])
+//            (int32, |isum_l| <= 8 * 63 * 4 * 15 * 127 < 2^24: exact in f32 too)
+//   imin   = sum over s < 8 of m_s * bsum_s    (|imin| <= 8 * 63 * 4064 < 2^24)
+//   acc_l  = fma(d_w * d_x, (float)isum_l, acc_l);  accm = fma(dmin_w * d_x, (float)imin, accm)
+// blocks in increasing order; y = tree8(acc) - accm.
+float dot_q4_k_reference(const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum, int K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, accm = 0.0f;
+  for (int b = 0; b < K / 256; ++b) {
+    const uint8_t* blk = w + 144 * b;
+    const uint8_t* qs = blk + 16;
+    const int8_t* qb = q + 256 * b;
+    int32_t isum[8] = {0, 0, 0, 0, 0, 0, 0, 0}, imin = 0;
+    for (int s = 0; s < 8; ++s) {
+      int sc, mn;
+      scale_min(blk + 4, s, sc, mn);
+      imin += mn * bsum[8 * b + s];
+      const int g = s / 2, shift = 4 * (s % 2);
+      for (int l = 0; l < 8; ++l) {
+        int32_t p = 0;
+        for (int i = 0; i < 4; ++i) p += ((qs[32 * g + 4 * l + i] >> shift) & 0x0f) * qb[32 * s + 4 * l + i];
+        isum[l] += sc * p;
+      }
+    }
+    const float dw = f16_to_f32(load16(blk)) * d[b], mw = f16_to_f32(load16(blk + 2)) * d[b];
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(dw, static_cast<float>(isum[l]), acc[l]);
+    accm = std::fma(mw, static_cast<float>(imin), accm);
+  }
+  return tree8(acc) - accm;
+}
+
+void matmul_q_panels_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K) {
   std::vector<float> row(static_cast<size_t>(K));
   for (int n = 0; n < N; ++n) {
     quant::dequantize_row(w.format, w.data + static_cast<size_t>(n) * w.row_bytes, row.data(), K);
     for (int m = 0; m < M; ++m) y[(long)m * N + n] = detail::dot_lanes(x + (long)m * K, row.data(), K);
+  }
+}
+
+}  // namespace detail
+
+bool has_int_dot(quant::Format f) { return f == quant::Format::Q8_0 || f == quant::Format::Q4_K; }
+
+void quantize_act_row_reference(quant::Format wf, const float* x, int K, int8_t* q, float* d, int16_t* bsum) {
+  const int blk = wf == quant::Format::Q4_K ? 256 : 32;
+  for (int b = 0; b < K / blk; ++b)
+    detail::quantize_act_block(x + b * blk, blk, q + b * blk, d + b,
+                               wf == quant::Format::Q4_K ? bsum + b * (blk / 32) : nullptr);
+}
+
+void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K) {
+  if (!has_int_dot(w.format)) return detail::matmul_q_panels_reference(x, w, y, M, N, K);
+  std::vector<int8_t> q(static_cast<size_t>(K));
+  std::vector<float> d(static_cast<size_t>(K / 32));
+  std::vector<int16_t> bsum(static_cast<size_t>(K / 32));
+  for (int m = 0; m < M; ++m) {
+    quantize_act_row_reference(w.format, x + static_cast<size_t>(m) * K, K, q.data(), d.data(), bsum.data());
+    for (int n = 0; n < N; ++n) {
+      const uint8_t* wr = w.data + static_cast<size_t>(n) * w.row_bytes;
+      y[static_cast<size_t>(m) * N + n] = w.format == quant::Format::Q8_0
+                                              ? detail::dot_q8_0_reference(wr, q.data(), d.data(), K)
+                                              : detail::dot_q4_k_reference(wr, q.data(), d.data(), bsum.data(), K);
+    }
   }
 }
 
