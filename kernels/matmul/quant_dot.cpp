@@ -110,16 +110,17 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
     std::memcpy(u, blk + 4, 12);
     const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
     const uint32_t mn_lo = u[1] & 0x3f3f3f3fu, mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    uint8_t sc[8];
-    std::memcpy(sc, &sc_lo, 4);
-    std::memcpy(sc + 4, &sc_hi, 4);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)));
+    // The 8 scales as int16 in both 128-bit halves; scale s is broadcast by a byte shuffle.
+    const __m256i scv = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g) {
       const __m256i qv = load256(blk + 16 + 32 * g);
       const __m256i lo = _mm256_and_si256(qv, low4), hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), low4);
-      const __m256i s0 = _mm256_set1_epi16(sc[2 * g]), s1 = _mm256_set1_epi16(sc[2 * g + 1]);
+      const __m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * 2 * g)));
+      const __m256i s1 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * g + 1))));
       for (int r = 0; r < R; ++r) {
         const int8_t* xg = xq[r] + 256 * b + 64 * g;
         // pairs: 15 * 127 * 2 < 2^15; madd by the scale: 4 products * 63 per lane, exact in int32
@@ -132,15 +133,15 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
     for (int r = 0; r < R; ++r)
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xd[r][b]), _mm256_cvtepi32_ps(isum[r]), acc[r]);
     // imin of each row: 8 bsums times 8 mins, summed in int32 (exact, any order).
+    // (lanes >= R stay 0; built in registers, no store and reload)
     __m128i t[4];
-    float xdb[4] = {0, 0, 0, 0};
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 4; ++r)
       t[r] = r < R ? _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb[r < R ? r : 0] + 8 * b)), mins)
                    : _mm_setzero_si128();
-      if (r < R) xdb[r] = xd[r][b];
-    }
     const __m128i imin = _mm_hadd_epi32(_mm_hadd_epi32(t[0], t[1]), _mm_hadd_epi32(t[2], t[3]));
-    accm = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(mw), _mm_loadu_ps(xdb)), _mm_cvtepi32_ps(imin), accm);
+    const __m128 xdv = _mm_setr_ps(xd[0][b], R > 1 ? xd[R > 1 ? 1 : 0][b] : 0.0f, R > 2 ? xd[R > 2 ? 2 : 0][b] : 0.0f,
+                                   R > 3 ? xd[R > 3 ? 3 : 0][b] : 0.0f);
+    accm = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(mw), xdv), _mm_cvtepi32_ps(imin), accm);
   }
   alignas(16) float am[4];
   _mm_store_ps(am, accm);
