@@ -9,12 +9,10 @@
 // every (row, column) has its own accumulators. Threads split the columns (N) only, never K.
 #include <algorithm>
 #include <cstring>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include "../common.hpp"
 #include "quant_dot.hpp"
+#include "repro/common/quant.hpp"
 
 namespace repro::kernels::detail {
 namespace {
@@ -38,15 +36,6 @@ void quantize_acts_plain(quant::Format wf, const float* x, int M, int K, QuantAc
 
 #if REPRO_X86
 #define REPRO_QDOT __attribute__((target("avx2,fma,f16c")))
-
-// CPUID leaf 1, ECX bit 29: F16C (every AVX2 CPU has it; checked all the same).
-bool has_f16c() {
-  static const bool on = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-  }();
-  return on;
-}
 
 REPRO_QDOT void quantize_acts_avx2(quant::Format wf, const float* x, int M, int K, QuantActs& a) {
   quantize_acts_body(wf, x, M, K, a);
@@ -209,7 +198,7 @@ void int_dot_range(const QuantWeight& w, const QuantActs& a, float* y, int M, in
 void matmul_q_int(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
   if (M <= 0 || N <= 0) return;
 #if REPRO_X86
-  const bool avx2 = use_avx2() && has_f16c();
+  const bool avx2 = use_avx2() && quant::cpu_has_f16c();
 #else
   const bool avx2 = false;
 #endif

@@ -13,23 +13,13 @@
 #include "../common.hpp"
 #include "quant_dot.hpp"
 #include "repro/common/dtype.hpp"
+#include "repro/common/quant.hpp"
 
 namespace repro::kernels {
 namespace detail {
 namespace {
 
 uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-
-// The 6-bit scale and min of sub-block j of a Q4_K block (layout in repro/common/quant.hpp).
-void scale_min(const uint8_t* s, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 }  // namespace
 
@@ -65,7 +55,7 @@ float dot_q4_k_reference(const uint8_t* w, const int8_t* q, const float* d, cons
     int32_t isum[8] = {0, 0, 0, 0, 0, 0, 0, 0}, imin = 0;
     for (int s = 0; s < 8; ++s) {
       int sc, mn;
-      scale_min(blk + 4, s, sc, mn);
+      quant::unpack_scale_min(blk + 4, s, sc, mn);
       imin += mn * bsum[8 * b + s];
       const int g = s / 2, shift = 4 * (s % 2);
       for (int l = 0; l < 8; ++l) {

@@ -26,6 +26,30 @@
 #include "repro/common/dtype.hpp"
 
 namespace repro::quant {
+
+void unpack_scale_min(const uint8_t* s, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+#if defined(__x86_64__)
+  static const bool on = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 float bits_f32(uint32_t u) { return f32_from_bits(u); }
@@ -56,15 +80,6 @@ __attribute__((target("avx,f16c"))) void f16_row_f16c(const uint8_t* src, float*
 #endif
 
 // ---- the K formats' packed 6-bit scale/min pairs ----
-void unpack_scale_min(const uint8_t* s, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 void pack_scale_min(const int sc[8], const int m[8], uint8_t* s) {
   for (int j = 0; j < 4; ++j) {
     s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
@@ -218,14 +233,6 @@ REPRO_DQ_AVX2 void bf16_row_avx2(const uint8_t* src, float* dst, int64_t n) {
 
 bool dequant_avx2() {
   static const bool on = __builtin_cpu_supports("avx2");
-  return on;
-}
-// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
-bool has_f16c() {
-  static const bool on = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-  }();
   return on;
 }
 #endif
@@ -394,7 +401,7 @@ void dequantize(Format f, const uint8_t* src, float* dst, int64_t n, bool simd) 
     case Format::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case Format::F16:
 #if defined(__x86_64__)
-      if (simd && has_f16c()) return f16_row_f16c(src, dst, n);
+      if (simd && cpu_has_f16c()) return f16_row_f16c(src, dst, n);
 #endif
       for (int64_t i = 0; i < n; ++i) dst[i] = half_to_f32(load16(src + 2 * i));
       return;

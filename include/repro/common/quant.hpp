@@ -59,4 +59,9 @@ void dequantize_row_scalar(Format f, const uint8_t* src, float* dst, int64_t n);
 // plain f32 arithmetic, round to nearest even, the same bytes on every machine.
 void quantize_row(Format f, const float* src, uint8_t* dst, int64_t n);
 
+// The 6-bit scale sc and min m of sub-block j (< 8) from a K format's 12 packed scale bytes.
+void unpack_scale_min(const uint8_t* scales, int j, int& sc, int& m);
+// Whether the CPU has the F16C conversion instructions (CPUID leaf 1, ECX bit 29); false off x86.
+bool cpu_has_f16c();
+
 }  // namespace repro::quant
