@@ -38,13 +38,7 @@ struct RunOptions {
   std::map<std::string, bool> plan_flag;         // plan option name -> boolean flag given
   std::string resume, baseline, sign_key;
   bool quiet = false;
-  // remote
-  std::vector<std::string> endpoints;
-  std::string api_model, api = "chat", provider = "openai", api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert,
-              extra_body;
-  bool stream = false, verbose = false;
-  int max_retries = 3;
-  double timeout = 120;
+  EndpointFlags remote;  // --endpoint --api-model --api --provider ... --timeout --verbose
   CLI::App* app = nullptr;
   bool given(const std::string& flag) const { return app->count(flag) > 0; }
 };
@@ -125,31 +119,6 @@ nlohmann::json prepare_long_context(PlanOptions& plan, std::unique_ptr<Model>& m
   return rec;
 }
 
-std::vector<EndpointSpec> build_endpoints(const RunOptions& o) {
-  std::vector<EndpointSpec> eps;
-  std::string key = load_api_key(o.api_key_env, o.api_key_file);
-  const nlohmann::json extra = parse_extra_body(o.extra_body);
-  for (const auto& arg : o.endpoints) {
-    EndpointSpec e = parse_endpoint_arg(arg);
-    e.api_model = o.api_model;
-    e.api = o.api;
-    e.provider = parse_provider(o.provider);
-    e.stream = o.stream;
-    e.extra_body = extra;
-    e.api_key = key;
-    e.ca_cert = o.ca_cert;
-    e.max_retries = o.max_retries;
-    e.read_timeout_s = o.timeout;   // silence and
-    e.total_timeout_s = o.timeout;  // the whole attempt, however slowly the bytes trickle
-    e.verbose = o.verbose;
-    validate_endpoint(e);
-    for (const auto& other : eps)
-      if (other.label == e.label) throw UsageError("--endpoint: label '" + e.label + "' is used twice; label each one (NAME=URL)");
-    eps.push_back(std::move(e));
-  }
-  return eps;
-}
-
 // ---------------------------------------------------------------- --resume: the same run, or none
 // A resumed run must be the run it continues: same model bytes, same prompts, same endpoints, same
 // plan. Everything is checked against what the checkpoint (or report) recorded, before anything
@@ -227,14 +196,14 @@ void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const Audi
   // Local run or remote run: the same kind, on the same target.
   const bool was_remote = report.environment.is_object() && report.environment.contains("endpoints");
   const bool was_local = report.environment.is_object() && report.environment.contains("model");
-  if (was_remote && o.endpoints.empty()) {
+  if (was_remote && o.remote.endpoints.empty()) {
     std::string eps;
     for (const auto& e : report.environment["endpoints"])
       eps += (eps.empty() ? "" : " ") + std::string("--endpoint ") + endpoint_text(e);
     throw UsageError(where + "the run audited endpoints; resume it with the same " + eps +
                      " (and the same API key), or start a new run");
   }
-  if (was_local && !o.endpoints.empty())
+  if (was_local && !o.remote.endpoints.empty())
     throw UsageError(where + "the run audited the local model " +
                      recorded_string(report.environment, "model", "path") +
                      "; drop --endpoint, or start a new run");
@@ -312,7 +281,7 @@ int run_run(const RunOptions& o) {
       throw UsageError("--sign-key: the signature covers report.json; write it to a file (--format with json, --out DIR)");
     read_file(o.sign_key, "private key (--sign-key)");
   }
-  const bool remote = !o.endpoints.empty();
+  const bool remote = !o.remote.endpoints.empty();
   std::vector<EndpointSpec> endpoints;
   std::unique_ptr<Model> model;
   nlohmann::json model_switch;
@@ -328,19 +297,19 @@ int run_run(const RunOptions& o) {
                        "templates: drop it with --endpoint");
     if (!o.resume.empty()) {
       // --api-model, --api, --provider and --stream default to the run's; given, they must match it.
-      RunOptions same = o;
+      EndpointFlags same = o.remote;
       const nlohmann::json& had = report.environment["endpoints"];
       if (had.is_array() && !had.empty() && had[0].is_object()) {
         const nlohmann::json& e0 = had[0];
-        if (!o.given("--api-model")) same.api_model = e0.value("api_model", o.api_model);
-        if (!o.given("--api")) same.api = e0.value("api", o.api);
-        if (!o.given("--provider")) same.provider = e0.value("provider", o.provider);
-        if (!o.given("--stream")) same.stream = e0.value("stream", o.stream);
+        if (!o.given("--api-model")) same.api_model = e0.value("api_model", same.api_model);
+        if (!o.given("--api")) same.api = e0.value("api", same.api);
+        if (!o.given("--provider")) same.provider = e0.value("provider", same.provider);
+        if (!o.given("--stream")) same.stream = e0.value("stream", same.stream);
       }
-      endpoints = build_endpoints(same);
+      endpoints = same.build();
       check_resume_endpoints(o.resume, had, endpoints_record(endpoints));
     } else {
-      endpoints = build_endpoints(o);
+      endpoints = o.remote.build();
     }
     validate_plan(plan, -1);
   } else {
@@ -435,21 +404,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   // remote endpoints
-  s->add_option("--endpoint", o->endpoints, "OpenAI-compatible endpoint, [LABEL=]URL (repeatable)");
-  s->add_option("--api-model", o->api_model, "Model name sent to the endpoints (Azure: deployment)");
-  s->add_option("--api", o->api, "chat | completions")->capture_default_str();
-  s->add_option("--provider", o->provider, "openai | azure | vllm | sglang | llamacpp | ollama | tgi")->capture_default_str();
-  s->add_option("--api-key-env", o->api_key_env, "Environment variable holding the API key")->capture_default_str();
-  s->add_option("--api-key-file", o->api_key_file, "File holding the API key");
-  s->add_option("--ca-cert", o->ca_cert, "PEM CA bundle for TLS verification");
-  s->add_option("--extra-body", o->extra_body, "JSON object merged into every request");
-  s->add_flag("--stream", o->stream, "Use streaming (SSE) responses");
-  s->add_option("--max-retries", o->max_retries, "Retries per failed request")->capture_default_str();
-  s->add_option("--timeout", o->timeout,
-                "Seconds one attempt may take in total (connect, request, every byte of the answer); then it is "
-                "retried or recorded as a timeout")
-      ->capture_default_str();
-  s->add_flag("--verbose", o->verbose, "Log requests and responses (API keys redacted) to stderr");
+  add_endpoint_flags(*s, o->remote);
   s->callback([o, &runner] { runner = [o] { return run_run(*o); }; });
 }
 

@@ -6,6 +6,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/model/synth.hpp"
+#include "repro/remote/client.hpp"
 
 namespace repro::cli {
 
@@ -94,6 +95,51 @@ nlohmann::json parse_extra_body(const std::string& text) {
   if (extra.is_discarded()) throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
   if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
   return extra;
+}
+
+std::vector<EndpointSpec> EndpointFlags::build() const {
+  std::vector<EndpointSpec> eps;
+  const std::string key = load_api_key(api_key_env, api_key_file);
+  const nlohmann::json extra = parse_extra_body(extra_body);
+  for (const auto& arg : endpoints) {
+    EndpointSpec e = parse_endpoint_arg(arg);
+    e.api_model = api_model;
+    e.api = api;
+    e.provider = parse_provider(provider);
+    e.stream = stream;
+    e.extra_body = extra;
+    e.api_key = key;
+    e.ca_cert = ca_cert;
+    e.max_retries = max_retries;
+    e.read_timeout_s = timeout;   // silence and
+    e.total_timeout_s = timeout;  // the whole attempt, however slowly the bytes trickle
+    e.verbose = verbose;
+    validate_endpoint(e);
+    for (const auto& other : eps)
+      if (other.label == e.label)
+        throw UsageError("--endpoint: label '" + e.label + "' is used twice; label each one (NAME=URL)");
+    eps.push_back(std::move(e));
+  }
+  return eps;
+}
+
+void add_endpoint_flags(CLI::App& s, EndpointFlags& f) {
+  s.add_option("--endpoint", f.endpoints, "OpenAI-compatible endpoint, [LABEL=]URL (repeatable)");
+  s.add_option("--api-model", f.api_model, "Model name sent to the endpoints (Azure: deployment)");
+  s.add_option("--api", f.api, "chat | completions")->capture_default_str();
+  s.add_option("--provider", f.provider, "openai | azure | vllm | sglang | llamacpp | ollama | tgi")
+      ->capture_default_str();
+  s.add_option("--api-key-env", f.api_key_env, "Environment variable holding the API key")->capture_default_str();
+  s.add_option("--api-key-file", f.api_key_file, "File holding the API key");
+  s.add_option("--ca-cert", f.ca_cert, "PEM CA bundle for TLS verification");
+  s.add_option("--extra-body", f.extra_body, "JSON object merged into every request");
+  s.add_flag("--stream", f.stream, "Use streaming (SSE) responses");
+  s.add_option("--max-retries", f.max_retries, "Retries per failed request")->capture_default_str();
+  s.add_option("--timeout", f.timeout,
+               "Seconds one attempt may take in total (connect, request, every byte of the answer); then it is "
+               "retried or recorded as a timeout")
+      ->capture_default_str();
+  s.add_flag("--verbose", f.verbose, "Log requests and responses (API keys redacted) to stderr");
 }
 
 }  // namespace repro::cli

@@ -9,6 +9,7 @@
 
 #include "repro/engine/engine.hpp"
 #include "repro/model/model.hpp"
+#include "repro/openai/protocol.hpp"
 
 namespace repro::cli {
 
@@ -54,5 +55,23 @@ void use_recorded_chat_template(Model& model, const nlohmann::json& environment)
 
 // --extra-body: a JSON object merged into every request ("" = an empty object); UsageError otherwise.
 nlohmann::json parse_extra_body(const std::string& text);
+
+// The endpoint flags, declared once and shared by run and bench:
+//   --endpoint --api-model --api --provider --api-key-env --api-key-file --ca-cert --extra-body
+//   --stream --max-retries --timeout --verbose
+struct EndpointFlags {
+  std::vector<std::string> endpoints;  // [LABEL=]URL
+  std::string api_model, api = "chat", provider = "openai", api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert,
+              extra_body;
+  bool stream = false, verbose = false;
+  int max_retries = 3;
+  double timeout = 120;
+
+  // One spec per --endpoint, checked (validate_endpoint) with the key loaded from --api-key-file or
+  // --api-key-env; UsageError names the flag (a label given twice included).
+  std::vector<EndpointSpec> build() const;
+};
+
+void add_endpoint_flags(CLI::App& sub, EndpointFlags& f);
 
 }  // namespace repro::cli
