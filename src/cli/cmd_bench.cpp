@@ -16,6 +16,7 @@
 // STREAM-style triad, compute peak by OpenBLAS sgemm; repro/kernels/ceilings.hpp) and prints every
 // cell's mean as a share of the lower of its two ceilings (repro/engine/perf_model.hpp);
 // --no-ceilings skips that.
+// With --endpoint it measures OpenAI-compatible servers under load instead (bench_endpoint.cpp).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -37,53 +38,11 @@
 #include "repro/model/default_model.hpp"
 #include "repro/model/synth.hpp"
 #include "repro/common/util.hpp"
+#include "repro/cli/bench.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
 
 namespace repro::cli {
-
-namespace {
-
-struct BenchOptions {
-  EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
-  std::string batch_sizes = "1,8,32,64";
-  std::string prompt_lengths = "128,512";
-  bool no_prefill = false;
-  int max_tokens = 32;
-  int repeats = 5;
-  int warmup = 1;
-  double min_time = 0;
-  double noise_cv = 0.10;
-  std::string prompt = "Once upon a time";
-  std::string json;  // optional JSON output file ('-' = stdout)
-  bool no_ceilings = false;
-  int triad_mib = 256;     // per triad array
-  int sgemm_size = 1024;   // n of the n x n x n sgemm
-  int ceiling_repeats = 5;
-};
-
-constexpr const char* kSynth100m = "synth:100m";
-
-std::vector<int> parse_int_list(const std::string& s, const char* flag) {
-  std::vector<int> out;
-  for (const std::string& part : split(s, ',')) {
-    std::string t = trim(part);
-    char* end = nullptr;
-    long v = std::strtol(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || v < 1 || v > 4096)
-      throw UsageError(std::string(flag) + " '" + s + "': expected a comma-separated list of integers in 1..4096, e.g. 1,8,32");
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) throw UsageError(std::string(flag) + " is empty: give at least one value, e.g. 1,8");
-  return out;
-}
-
-
-// Mean, sample standard deviation and range of one cell's measurements (tokens/s).
-struct Stats {
-  std::vector<double> runs;
-  double mean = 0, stddev = 0, min = 0, max = 0, cv = 0;
-};
 
 Stats summarize(std::vector<double> runs) {
   Stats st;
@@ -106,7 +65,6 @@ nlohmann::json stats_json(const Stats& st, double noise_cv) {
           {"cv", st.cv},     {"runs", st.runs},     {"noisy", st.cv > noise_cv}};
 }
 
-// "105.2 ±2.1 [102.0-108.3]" with a trailing '*' when the cell is noisy.
 std::string stats_cell(const Stats& st, double noise_cv) {
   return fmt::format("{:.1f} ±{:.1f} [{:.1f}-{:.1f}]{}", st.mean, st.stddev, st.min, st.max,
                      st.cv > noise_cv ? "*" : "");
@@ -121,6 +79,49 @@ std::string load_average() {
   }
   return s;
 }
+
+namespace {
+
+struct BenchOptions {
+  EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
+  std::string batch_sizes = "1,8,32,64";
+  std::string prompt_lengths = "128,512";
+  bool no_prefill = false;
+  int max_tokens = 32;
+  int repeats = 5;
+  int warmup = 1;
+  double min_time = 0;
+  double noise_cv = 0.10;
+  std::string prompt = "Once upon a time";
+  std::string json;  // optional JSON output file ('-' = stdout)
+  bool no_ceilings = false;
+  int triad_mib = 256;     // per triad array
+  int sgemm_size = 1024;   // n of the n x n x n sgemm
+  int ceiling_repeats = 5;
+  // --endpoint: a server under load instead of the local engine (src/cli/bench_endpoint.cpp)
+  EndpointFlags remote;
+  std::string concurrency = "1,8,32,64";
+  int requests = 4;
+  CLI::App* app = nullptr;
+  bool given(const char* flag) const { return app->count(flag) > 0; }
+};
+
+constexpr const char* kSynth100m = "synth:100m";
+
+std::vector<int> parse_int_list(const std::string& s, const char* flag) {
+  std::vector<int> out;
+  for (const std::string& part : split(s, ',')) {
+    std::string t = trim(part);
+    char* end = nullptr;
+    long v = std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || v < 1 || v > 4096)
+      throw UsageError(std::string(flag) + " '" + s + "': expected a comma-separated list of integers in 1..4096, e.g. 1,8,32");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw UsageError(std::string(flag) + " is empty: give at least one value, e.g. 1,8");
+  return out;
+}
+
 
 // This machine's ceilings at one thread count.
 struct MachineCeiling {
@@ -270,7 +271,36 @@ void interleaved(const BenchOptions& o, F&& measure) {
   }
 }
 
+// With --endpoint: the endpoint load bench, after refusing the flags that only set up the local
+// engine (and, without it, the flags that only mean something for endpoints).
+int run_bench_remote(const BenchOptions& o) {
+  for (const char* f : {"--model", "--tokenizer", "--device", "--threads", "--precision", "--batch-sizes",
+                        "--prompt-lengths", "--no-prefill", "--min-time", "--no-ceilings", "--triad-mib",
+                        "--sgemm-size"})
+    if (o.given(f))
+      throw UsageError(std::string(f) + " sets up the local engine; drop it with --endpoint (the server under load "
+                       "has its own model and threads)");
+  EndpointBenchOptions e;
+  e.remote = o.remote;
+  e.concurrency = o.concurrency;
+  e.requests = o.requests;
+  e.max_tokens = o.max_tokens;
+  e.repeats = o.repeats;
+  e.warmup = o.warmup;
+  e.noise_cv = o.noise_cv;
+  e.prompt = o.prompt;
+  e.json = o.json;
+  return run_bench_endpoints(e);
+}
+
 int run_bench(const BenchOptions& o) {
+  if (!o.remote.endpoints.empty()) return run_bench_remote(o);
+  for (const char* f : {"--concurrency", "--requests", "--api-model", "--api", "--provider", "--api-key-env",
+                        "--api-key-file", "--ca-cert", "--extra-body", "--stream", "--max-retries", "--timeout",
+                        "--verbose"})
+    if (o.given(f))
+      throw UsageError(std::string(f) + " is for a server under load: give --endpoint URL, or drop it to bench the "
+                       "local engine");
   const std::vector<int> batches = parse_int_list(o.batch_sizes, "--batch-sizes");
   const std::vector<int> lengths = o.no_prefill ? std::vector<int>{} : parse_int_list(o.prompt_lengths, "--prompt-lengths");
   const std::vector<int> threads = o.engine.thread_counts();
@@ -494,7 +524,9 @@ int run_bench(const BenchOptions& o) {
 void setup_bench(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<BenchOptions>();
   auto* sub = parent.add_subcommand(
-      "bench", "Decode and prefill tokens/s of default vs batch-invariant mode, with spread (validated first)");
+      "bench",
+      "Decode and prefill tokens/s of default vs batch-invariant mode, with spread (validated first); with "
+      "--endpoint, a server's requests/s and tokens/s at each concurrency");
   EngineFlagSpec spec;
   spec.model_repeatable = true;
   spec.mode = false;  // both modes, side by side
@@ -524,6 +556,14 @@ void setup_bench(CLI::App& parent, Runner& runner) {
       ->capture_default_str();
   sub->add_option("--sgemm-size", o->sgemm_size, "n of the n x n x n sgemm that measures the compute peak")
       ->capture_default_str();
+  // a server under load
+  add_endpoint_flags(*sub, o->remote);
+  sub->add_option("--concurrency", o->concurrency, "Comma-separated requests in flight (with --endpoint)")
+      ->capture_default_str();
+  sub->add_option("--requests", o->requests,
+                  "Requests each concurrent stream sends per measured run (with --endpoint)")
+      ->capture_default_str();
+  o->app = sub;
   sub->callback([o, &runner] { runner = [o] { return run_bench(*o); }; });
 }
 

@@ -625,6 +625,9 @@ struct Server::Impl {
     http.request_timeout_s = opts.request_timeout_s;
     http.write_timeout_s = opts.write_timeout_s;
     http.keep_alive_s = 2;
+    // Without TCP_NODELAY the body, written after the headers, waits for the client's delayed ACK
+    // (~40 ms on Linux) on every reused connection: a 2 ms request took 44 ms from the second on.
+    http.set_tcp_nodelay(true);
     http.table.max_client_conns = opts.max_client_conns;
     int threads = opts.http_threads > 0 ? opts.http_threads : std::max(64, 2 * opts.max_batch + 8);
     http.new_task_queue = [this, threads] {
