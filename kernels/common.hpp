@@ -26,6 +26,8 @@
 #define REPRO_X86 1
 #include <immintrin.h>
 #define REPRO_AVX2 __attribute__((target("avx2,fma")))
+// The AVX-512 matmul tiles: 512-bit registers holding two outputs' 8-lane accumulators each.
+#define REPRO_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
 #else
 #define REPRO_X86 0
 #endif
@@ -37,6 +39,11 @@ bool use_avx2();
 // Forces the portable (non-SIMD) paths even on an AVX2 CPU; tests use it to compare both paths.
 // The environment variable REPRO_KERNELS_PORTABLE=1 sets it at startup.
 void set_force_portable(bool on);
+// True when the f32 matmul tiles may use AVX-512 (F, DQ, VL): the CPU has it, AVX2 is in use and
+// AVX-512 is not forced off. Its tiles keep every output's 8-lane order: same bits as AVX2.
+bool use_avx512();
+// Keeps the tiles at AVX2 on an AVX-512 CPU (tests compare both; REPRO_KERNELS_AVX2=1 at startup).
+void set_force_avx2(bool on);
 
 namespace detail {
 

@@ -14,6 +14,11 @@ bool env_force_portable() {
   return e && *e && std::strcmp(e, "0") != 0;
 }
 std::atomic<bool> g_force_portable{env_force_portable()};
+bool env_force_avx2() {
+  const char* e = std::getenv("REPRO_KERNELS_AVX2");
+  return e && *e && std::strcmp(e, "0") != 0;
+}
+std::atomic<bool> g_force_avx2{env_force_avx2()};
 }  // namespace
 
 bool cpu_has_avx2_fma() {
@@ -28,7 +33,30 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if REPRO_X86
+  // libgcc's feature probe also checks that the OS saves the 512-bit register state (XCR0).
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_avx512() { return use_avx2() && cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed); }
+
+void set_force_avx2(bool on) { g_force_avx2.store(on, std::memory_order_relaxed); }
+
 bool use_avx2() { return cpu_has_avx2_fma() && !g_force_portable.load(std::memory_order_relaxed); }
+
+const char* cpu_kernels_isa() {
+  if (!cpu_has_avx2_fma()) return "portable";
+  return use_avx512() ? "avx512+avx2+fma" : use_avx2() ? "avx2+fma" : "portable (forced)";
+}
 
 void set_force_portable(bool on) { g_force_portable.store(on, std::memory_order_relaxed); }
 

@@ -94,7 +94,7 @@ class CpuOps final : public Ops {
     i.name = k_.name;
     i.device = "cpu";
     i.mode = k_.mode;
-    i.isa = cpu_has_avx2_fma() ? (use_avx2() ? "avx2+fma" : "portable (forced)") : "portable";
+    i.isa = cpu_kernels_isa();
     if (k_.alone) {
       i.library = "reference kernels (plain loops, one thread, no BLAS)";
     } else if (k_.blas) {

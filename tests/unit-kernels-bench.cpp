@@ -5,7 +5,9 @@
 // and prints GFLOP/s and the ratio invariant / default. Shapes: the ~100M model's matmuls
 // (dim 768, hidden 2048, vocab 32000) at M in {1, 8, 32, 64}, threads 1 and 2. A second case
 // times, for Q8_0 and Q4_K weights of a 1.1B model's shapes, the integer dot-product path against
-// the f32 panel path (and sgemm from kQuantSgemmMinRows rows), which sets quant_int_max_rows.
+// the f32 panel path (and sgemm from kQuantSgemmMinRows rows), which sets quant_int_max_rows. A
+// third, on an AVX-512 CPU, times the batch-invariant matmul's AVX-512 tiles against its AVX2 tiles
+// (same bits, checked first).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "../kernels/common.hpp"
 #include "../kernels/matmul/quant_dot.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/kernels/kernels.hpp"
@@ -101,6 +104,46 @@ TEST_CASE("bench: matmul invariant vs OpenBLAS default (GFLOP/s, ratio)") {
         const double flop = 2.0 * M * N * (double)K;
         std::printf("%-8d %-6d %-6d %-4d %12.1f %12.1f %8.2f\n", threads, M, N, K, flop / ti * 1e-9,
                     flop / td * 1e-9, td / ti);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+TEST_CASE("bench: batch-invariant matmul, AVX-512 tiles vs AVX2 tiles (GFLOP/s, ratio)") {
+  if (!cpu_has_avx512()) {
+    MESSAGE("skipped: this CPU has no AVX-512 (F, DQ, VL)");
+    return;
+  }
+  struct NK {
+    int N, K;
+  };
+  const NK shapes[] = {{2048, 768}, {768, 2048}};
+  std::printf("%-8s %-6s %-6s %-4s %14s %12s %8s\n", "threads", "M", "N", "K", "avx512 GF/s", "avx2 GF/s", "ratio");
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const NK nk : shapes) {
+      const int N = nk.N, K = nk.K;
+      const auto w = random_vec((size_t)N * K, 9 + N + K);
+      const auto x = random_vec((size_t)128 * K, 5 + K);
+      for (int M : {2, 8, 32, 64, 128}) {
+        std::vector<float> a((size_t)M * N), b((size_t)M * N);
+        matmul_invariant(x.data(), w.data(), a.data(), M, N, K, pool);
+        set_force_avx2(true);
+        matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
+        set_force_avx2(false);
+        REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        double t512, t2;
+        best_seconds([&] { matmul_invariant(x.data(), w.data(), a.data(), M, N, K, pool); },
+                     [&] {
+                       set_force_avx2(true);
+                       matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
+                       set_force_avx2(false);
+                     },
+                     t512, t2);
+        const double flop = 2.0 * M * N * (double)K;
+        std::printf("%-8d %-6d %-6d %-4d %14.1f %12.1f %8.2f\n", threads, M, N, K, flop / t512 * 1e-9,
+                    flop / t2 * 1e-9, t2 / t512);
         std::fflush(stdout);
       }
     }

@@ -50,6 +50,16 @@ struct ForcePortable {
   ~ForcePortable() { set_force_portable(false); }
 };
 
+// On an AVX-512 CPU the f32 tiles run AVX-512 unless forced down to AVX2: both are checked.
+struct ForceAvx2 {
+  explicit ForceAvx2(bool on) { set_force_avx2(on); }
+  ~ForceAvx2() { set_force_avx2(false); }
+};
+std::vector<bool> avx2_forced_modes(bool portable) {
+  if (!portable && cpu_has_avx512()) return {false, true};
+  return {false};
+}
+
 // The paths to check: AVX2 (when the CPU has it) and portable.
 std::vector<bool> portable_modes() {
   if (cpu_has_avx2_fma()) return {false, true};
@@ -122,9 +132,12 @@ TEST_CASE("matmul invariant: every row bitwise equal to the row alone and to the
     const auto w = random_vec((size_t)N * K, 2000 + N);
     std::vector<float> ref((size_t)kPool * N);
     matmul_reference(x.data(), w.data(), ref.data(), kPool, N, K);
-    for (bool portable : portable_modes()) {
+    for (bool portable : portable_modes())
+    for (bool avx2_only : avx2_forced_modes(portable)) {
       ForcePortable fp(portable);
+      ForceAvx2 fa(avx2_only);
       CAPTURE(portable);
+      CAPTURE(avx2_only);
       ThreadPool one(1);
       for (int r = 0; r < kPool; ++r) {  // alone
         std::vector<float> y(N);
@@ -147,6 +160,36 @@ TEST_CASE("matmul invariant: every row bitwise equal to the row alone and to the
       }
     }
   }
+}
+
+TEST_CASE("matmul invariant: AVX-512 tiles give the AVX2 tiles' bits for every tile remainder") {
+  if (!cpu_has_avx512()) {
+    MESSAGE("skipped: this CPU has no AVX-512 (F, DQ, VL); the AVX2 path is checked against the reference");
+    return;
+  }
+  // Row counts around the 6-row tile and the 4-row AVX2 tile, columns around the 8-column tile and
+  // the 16-column thread unit, K with and without a tail of the 8 lanes.
+  for (int M : {2, 3, 5, 6, 7, 11, 12, 13, 64, 65})
+    for (int N : {8, 9, 15, 16, 17, 24, 31, 100})
+      for (int K : {5, 8, 13, 64, 100, 777}) {
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        const auto x = random_vec((size_t)M * K, 40 + M + K, -4.0f, 4.0f);
+        const auto w = random_vec((size_t)N * K, 50 + N + K);
+        std::vector<float> ref((size_t)M * N), a((size_t)M * N, -1.0f), b((size_t)M * N, -2.0f);
+        matmul_reference(x.data(), w.data(), ref.data(), M, N, K);
+        for (int t : {1, 2}) {
+          ThreadPool pool(t);
+          matmul_invariant(x.data(), w.data(), a.data(), M, N, K, pool);
+          {
+            ForceAvx2 fa(true);
+            matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
+          }
+          CHECK(same_bits(a.data(), ref.data(), a.size()));
+          CHECK(same_bits(a.data(), b.data(), a.size()));
+        }
+      }
 }
 
 TEST_CASE("matmul invariant: portable path equals AVX2 path bitwise, also on non-finite-free extremes") {
@@ -232,9 +275,12 @@ TEST_CASE("rmsnorm invariant: every row bitwise equal to the row alone and to th
     const auto g = random_vec(D, 400 + D, 0.5f, 1.5f);
     std::vector<float> ref((size_t)kPool * D);
     rmsnorm_reference(x.data(), g.data(), ref.data(), kPool, D, 1e-5f);
-    for (bool portable : portable_modes()) {
+    for (bool portable : portable_modes())
+    for (bool avx2_only : avx2_forced_modes(portable)) {
       ForcePortable fp(portable);
+      ForceAvx2 fa(avx2_only);
       CAPTURE(portable);
+      CAPTURE(avx2_only);
       ThreadPool one(1);
       for (int r = 0; r < kPool; ++r) {
         std::vector<float> y(D);
@@ -345,9 +391,12 @@ TEST_CASE("attention invariant: every row bitwise equal to the row alone and to 
       attention_reference(rows.data(), kPool, c.s);
     }
     for (float v : ref) REQUIRE(std::isfinite(v));
-    for (bool portable : portable_modes()) {
+    for (bool portable : portable_modes())
+    for (bool avx2_only : avx2_forced_modes(portable)) {
       ForcePortable fp(portable);
+      ForceAvx2 fa(avx2_only);
       CAPTURE(portable);
+      CAPTURE(avx2_only);
       ThreadPool one(1);
       for (int r = 0; r < kPool; ++r) {
         std::vector<float> out(qn);

@@ -63,6 +63,16 @@ struct ForcePortable {
   explicit ForcePortable(bool on) { set_force_portable(on); }
   ~ForcePortable() { set_force_portable(false); }
 };
+
+// On an AVX-512 CPU the f32 tiles run AVX-512 unless forced down to AVX2: both are checked.
+struct ForceAvx2 {
+  explicit ForceAvx2(bool on) { set_force_avx2(on); }
+  ~ForceAvx2() { set_force_avx2(false); }
+};
+std::vector<bool> avx2_forced_modes(bool portable) {
+  if (!portable && cpu_has_avx512()) return {false, true};
+  return {false};
+}
 std::vector<bool> portable_modes() {
   if (cpu_has_avx2_fma()) return {false, true};
   return {true};
@@ -447,13 +457,16 @@ TEST_CASE("quant matmul: invariant path is bitwise the reference for every row, 
   const Shape shapes[] = {{53, 256}, {100, 768}, {37, 1280}};
   std::vector<ThreadPool*> pools;
   for (int t : kThreads) pools.push_back(new ThreadPool(t));
-  for (bool portable : portable_modes()) {
+  for (bool portable : portable_modes())
+  for (bool avx2_only : avx2_forced_modes(portable)) {
     ForcePortable fp(portable);
+    ForceAvx2 fa(avx2_only);
     for (Format f : kQuantized)
       for (const Shape& s : shapes) {
         CAPTURE(std::string(quant::format_name(f)));
         CAPTURE(s.K);
         CAPTURE(portable);
+        CAPTURE(avx2_only);
         std::vector<float> xs = random_vec(static_cast<size_t>(kPool) * s.K, 21);
         std::vector<uint8_t> wq = quantize(f, random_vec(static_cast<size_t>(s.N) * s.K, 22));
         const QuantWeight w{f, wq.data(), quant::row_bytes(f, s.K)};

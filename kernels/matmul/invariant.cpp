@@ -1,5 +1,5 @@
-// matmul invariant: the batch-invariant fast path (AVX2+FMA register tiles, cache blocking,
-// threads over output columns), bitwise equal to matmul_reference.
+// matmul invariant: the batch-invariant fast path (AVX2+FMA or AVX-512 register tiles, cache
+// blocking, threads over output columns), bitwise equal to matmul_reference.
 //
 // Why it is batch-invariant: every output element y[m][n] is accumulated in the order
 // matmul_reference defines (8 lanes over k = j mod 8 in increasing k with fma, K zero-padded to a
@@ -31,10 +31,19 @@ REPRO_AVX2 void avx2_range(const MatmulArgs& a, int n0, int n1) {
   const int mb = m_block_rows(a.K);
   for (int m0 = 0; m0 < a.M; m0 += mb) tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), n0, n1);
 }
+
+// Two rows and more: the AVX-512 tiles (one row stays on AVX2's 1 x 8 tile, bound by memory).
+REPRO_AVX512 void avx512_range(const MatmulArgs& a, int n0, int n1) {
+  if (a.M == 1) return avx2_range(a, n0, n1);
+  const int mb = m_block_rows(a.K);
+  float* panel = detail::panel8_scratch(a.K);
+  for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles512(a, m0, std::min(a.M, m0 + mb), n0, n1, panel);
+}
 #endif
 
 void run_range(const MatmulArgs& a, int n0, int n1, bool avx2) {
 #if REPRO_X86
+  if (avx2 && use_avx512()) return avx512_range(a, n0, n1);
   if (avx2) return avx2_range(a, n0, n1);
 #endif
   portable_range(a, n0, n1);

@@ -35,10 +35,20 @@ REPRO_AVX2 void panel_tiles(const detail::MatmulArgs& a, int pw) {
   const int mb = detail::m_block_rows(a.K);
   for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), 0, pw);
 }
+
+REPRO_AVX512 void panel_tiles512(const detail::MatmulArgs& a, int pw) {
+  if (a.M == 1) return panel_tiles(a, pw);
+  const int mb = detail::m_block_rows(a.K);
+  float* panel = detail::panel8_scratch(a.K);
+  for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles512(a, m0, std::min(a.M, m0 + mb), 0, pw, panel);
+}
 #endif
 
 void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int K, int n0, int n1, bool avx2) {
   std::vector<float>& scratch = panel_scratch(static_cast<size_t>(kPanel) * K);
+#if REPRO_X86
+  const bool avx512 = avx2 && use_avx512();
+#endif
   for (int p0 = n0; p0 < n1; p0 += kPanel) {
     const int pw = std::min(kPanel, n1 - p0);
     for (int j = 0; j < pw; ++j)
@@ -49,7 +59,7 @@ void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int
     const detail::MatmulArgs a{x, scratch.data(), y + p0, M, N, K};
 #if REPRO_X86
     if (avx2) {
-      panel_tiles(a, pw);
+      avx512 ? panel_tiles512(a, pw) : panel_tiles(a, pw);
       continue;
     }
 #endif

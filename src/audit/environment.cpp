@@ -131,7 +131,7 @@ nlohmann::json environment_record(int threads) {
   env["cpu"] = {{"model", cpu_model()},
                 {"logical_cores", std::thread::hardware_concurrency()},
                 {"features", features},
-                {"invariant_kernels", kernels::cpu_has_avx2_fma() ? "avx2+fma" : "portable"}};
+                {"invariant_kernels", kernels::cpu_kernels_isa()}};
   env["threads"] = threads;
   const std::string blas_config = openblas_get_config();
   const int blas_threads = openblas_get_num_threads();

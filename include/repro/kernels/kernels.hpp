@@ -51,5 +51,10 @@ void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionSh
 // Whether the running CPU has AVX2+FMA (the fast invariant paths use it; otherwise a portable path
 // with the same reduction order, hence the same bits).
 bool cpu_has_avx2_fma();
+// Whether it has AVX-512 F, DQ and VL (the f32 matmul tiles use them, with the AVX2 tiles' bits).
+bool cpu_has_avx512();
+// What the fast CPU kernels run on this machine now: "avx512+avx2+fma", "avx2+fma", "portable
+// (forced)" (REPRO_KERNELS_PORTABLE) or "portable".
+const char* cpu_kernels_isa();
 
 }  // namespace repro::kernels
