@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "../kernels/common.hpp"
+#include "kernel_paths.hpp"
 #include "repro/kernels/kernels.hpp"
 
 using namespace repro;
 using namespace repro::kernels;
+using namespace repro::test;
 
 namespace {
 
@@ -43,27 +45,6 @@ std::vector<int> draw_rows(int b, uint32_t seed) {
   std::shuffle(idx.begin(), idx.end(), rng);
   idx.resize(b);
   return idx;
-}
-
-struct ForcePortable {
-  explicit ForcePortable(bool on) { set_force_portable(on); }
-  ~ForcePortable() { set_force_portable(false); }
-};
-
-// On an AVX-512 CPU the f32 tiles run AVX-512 unless forced down to AVX2: both are checked.
-struct ForceAvx2 {
-  explicit ForceAvx2(bool on) { set_force_avx2(on); }
-  ~ForceAvx2() { set_force_avx2(false); }
-};
-std::vector<bool> avx2_forced_modes(bool portable) {
-  if (!portable && cpu_has_avx512()) return {false, true};
-  return {false};
-}
-
-// The paths to check: AVX2 (when the CPU has it) and portable.
-std::vector<bool> portable_modes() {
-  if (cpu_has_avx2_fma()) return {false, true};
-  return {true};
 }
 
 // " M=b:differ/b"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../kernels/common.hpp"
+#include "kernel_paths.hpp"
 #include "../kernels/matmul/quant_dot.hpp"
 #include "repro/common/dtype.hpp"
 #include "repro/common/quant.hpp"
@@ -25,6 +26,7 @@
 
 using namespace repro;
 using namespace repro::kernels;
+using namespace repro::test;
 using quant::Format;
 
 namespace {
@@ -58,25 +60,6 @@ void put16(uint8_t* p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v >> 8);
 }
 constexpr uint16_t kHalfOne = 0x3C00, kHalfHalf = 0x3800, kHalfQuarter = 0x3400;
-
-struct ForcePortable {
-  explicit ForcePortable(bool on) { set_force_portable(on); }
-  ~ForcePortable() { set_force_portable(false); }
-};
-
-// On an AVX-512 CPU the f32 tiles run AVX-512 unless forced down to AVX2: both are checked.
-struct ForceAvx2 {
-  explicit ForceAvx2(bool on) { set_force_avx2(on); }
-  ~ForceAvx2() { set_force_avx2(false); }
-};
-std::vector<bool> avx2_forced_modes(bool portable) {
-  if (!portable && cpu_has_avx512()) return {false, true};
-  return {false};
-}
-std::vector<bool> portable_modes() {
-  if (cpu_has_avx2_fma()) return {false, true};
-  return {true};
-}
 
 }  // namespace
 
