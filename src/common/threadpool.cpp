@@ -33,6 +33,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+// A thread that has just finished (a worker its chunk, the caller its own) first spins on the
+// atomic it waits for, for about 30 us, and only then sleeps on the condition variable: a decode
+// step dispatches ~90 matmuls, and waking a sleeping thread costs tens of microseconds each time
+// (at batch 1 on 2 threads that was most of what the second thread saved). Spinning changes when
+// a thread notices work, never which chunk it computes.
+namespace {
+constexpr int kSpinIterations = 2000;
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 static void chunk(int n, int parts, int idx, int& b, int& e) {
   int base = n / parts, rem = n % parts;
   b = idx * base + (idx < rem ? idx : rem);
@@ -56,6 +70,7 @@ void ThreadPool::parallel_for(int n, const std::function<void(int, int)>& fn) {
   int b, e;
   chunk(n, n_threads_, 0, b, e);
   if (b < e) fn(b, e);
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
   std::unique_lock<std::mutex> lk(mu_);
   cv_done_.wait(lk, [this] { return pending_ == 0; });
   job_ = nullptr;
@@ -66,6 +81,10 @@ void ThreadPool::worker(int index) {
   while (true) {
     const std::function<void(int, int)>* job;
     int n;
+    for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen &&
+                    !stop_.load(std::memory_order_relaxed);
+         ++i)
+      cpu_relax();
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });

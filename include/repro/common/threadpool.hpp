@@ -1,6 +1,7 @@
 // A minimal fork-join thread pool. Kernels split work over OUTPUT rows/columns only, so the
 // value of every output element never depends on the thread count.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -36,9 +37,10 @@ class ThreadPool {
   std::condition_variable cv_start_, cv_done_;
   const std::function<void(int, int)>* job_ = nullptr;
   int job_n_ = 0;
-  long generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  // Written under mu_; also read without it while a thread spins (see threadpool.cpp).
+  std::atomic<long> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace repro
