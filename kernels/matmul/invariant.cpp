@@ -25,7 +25,9 @@ using detail::tiles;
 
 REPRO_AVX2 void avx2_range(const MatmulArgs& a, int n0, int n1) {
   if (a.M == 1) {
-    tiles<1, 8>(a, 0, 1, n0, n1);
+    // One row: 16 columns at a time (16 independent accumulators to hide the FMA latency; the
+    // weight loads fold into the FMAs). 8 left the row at ~85% of the default GEMV's speed.
+    tiles<1, 16>(a, 0, 1, n0, n1);
     return;
   }
   const int mb = m_block_rows(a.K);

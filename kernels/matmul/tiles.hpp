@@ -68,6 +68,11 @@ REPRO_AVX2 inline void tile(const float* x, const float* w, float* y, int ldy, i
     if constexpr (NR == 8) {
       _mm256_storeu_ps(yr, detail::hsum8x8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
                                            acc[i][5], acc[i][6], acc[i][7]));
+    } else if constexpr (NR == 16) {
+      _mm256_storeu_ps(yr, detail::hsum8x8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
+                                           acc[i][5], acc[i][6], acc[i][7]));
+      _mm256_storeu_ps(yr + 8, detail::hsum8x8(acc[i][8], acc[i][9], acc[i][10], acc[i][11], acc[i][12],
+                                               acc[i][13], acc[i][14], acc[i][15]));
     } else if constexpr (NR == 4) {
       _mm_storeu_ps(yr, detail::hsum8x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     } else {
