@@ -8,7 +8,6 @@
 // to the first endpoint. Any failed request is reported and makes the exit status 3.
 #include <fmt/core.h>
 
-#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,20 +21,6 @@
 namespace repro::cli {
 
 namespace {
-
-std::vector<int> concurrency_levels(const std::string& s) {
-  std::vector<int> out;
-  for (const std::string& part : split(s, ',')) {
-    const std::string t = trim(part);
-    char* end = nullptr;
-    const long v = std::strtol(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || v < 1 || v > 4096)
-      throw UsageError("--concurrency '" + s + "': expected a comma-separated list of integers in 1..4096, e.g. 1,8,32,64");
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) throw UsageError("--concurrency is empty: give at least one level, e.g. 1,8");
-  return out;
-}
 
 // What one endpoint did at one level over its measured runs.
 struct Cell {
@@ -62,13 +47,11 @@ void add_run(Cell& c, const LoadRun& r) {
 }  // namespace
 
 int run_bench_endpoints(const EndpointBenchOptions& o) {
-  const std::vector<int> levels = concurrency_levels(o.concurrency);
+  const std::vector<int> levels = parse_int_list(o.concurrency, "--concurrency");
   if (o.max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
   if (o.requests < 1 || o.requests > 100000)
     throw UsageError("--requests must be in 1..100000 (requests each concurrent stream sends per measured run)");
-  if (o.repeats < 2) throw UsageError("--repeats must be at least 2 (a spread needs two measurements)");
-  if (o.warmup < 0) throw UsageError("--warmup must be 0 or more");
-  if (!(o.noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
+  o.check();
   const std::vector<EndpointSpec> eps = o.remote.build();
 
   RequestParams params;
@@ -113,14 +96,14 @@ int run_bench_endpoints(const EndpointBenchOptions& o) {
     fmt::print("\nconcurrency {}: per run mean ±stddev [min-max]; latency over all measured requests\n", c);
     fmt::print("{:>16} {:>30} {:>32} {:>10} {:>9} {:>17} {:>8}\n", "endpoint", "requests/s", "completion tokens/s",
                "tok/req", "x first", "latency p50/p95 s", "failed");
+    const double first_mean = summarize(cells[0].tok_s).mean;
     for (size_t i = 0; i < eps.size(); ++i) {
       const Cell& cell = cells[i];
       const Stats rq = summarize(cell.req_s), tk = summarize(cell.tok_s);
-      const Stats first = summarize(cells[0].tok_s);
       any_noisy = any_noisy || rq.cv > o.noise_cv || tk.cv > o.noise_cv;
       const double ok = static_cast<double>(cell.requests - cell.failed);
       const double per_req = ok > 0 ? static_cast<double>(cell.completion_tokens) / ok : 0.0;
-      const double ratio = first.mean > 0 ? tk.mean / first.mean : 0.0;
+      const double ratio = first_mean > 0 ? tk.mean / first_mean : 0.0;
       const double p50 = quantile(cell.latency, 0.5), p95 = quantile(cell.latency, 0.95);
       fmt::print("{:>16} {:>30} {:>32} {:>10.1f} {:>9.2f} {:>17} {:>8}\n", eps[i].label, stats_cell(rq, o.noise_cv),
                  stats_cell(tk, o.noise_cv), per_req, ratio, fmt::format("{:.3f}/{:.3f}", p50, p95), cell.failed);

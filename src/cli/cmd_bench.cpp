@@ -70,44 +70,6 @@ std::string stats_cell(const Stats& st, double noise_cv) {
                      st.cv > noise_cv ? "*" : "");
 }
 
-std::string load_average() {
-  std::string s;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {};
-    if (std::fgets(buf, sizeof buf, f)) s = trim(buf);
-    std::fclose(f);
-  }
-  return s;
-}
-
-namespace {
-
-struct BenchOptions {
-  EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
-  std::string batch_sizes = "1,8,32,64";
-  std::string prompt_lengths = "128,512";
-  bool no_prefill = false;
-  int max_tokens = 32;
-  int repeats = 5;
-  int warmup = 1;
-  double min_time = 0;
-  double noise_cv = 0.10;
-  std::string prompt = "Once upon a time";
-  std::string json;  // optional JSON output file ('-' = stdout)
-  bool no_ceilings = false;
-  int triad_mib = 256;     // per triad array
-  int sgemm_size = 1024;   // n of the n x n x n sgemm
-  int ceiling_repeats = 5;
-  // --endpoint: a server under load instead of the local engine (src/cli/bench_endpoint.cpp)
-  EndpointFlags remote;
-  std::string concurrency = "1,8,32,64";
-  int requests = 4;
-  CLI::App* app = nullptr;
-  bool given(const char* flag) const { return app->count(flag) > 0; }
-};
-
-constexpr const char* kSynth100m = "synth:100m";
-
 std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   std::vector<int> out;
   for (const std::string& part : split(s, ',')) {
@@ -121,6 +83,41 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   if (out.empty()) throw UsageError(std::string(flag) + " is empty: give at least one value, e.g. 1,8");
   return out;
 }
+
+void BenchRuns::check() const {
+  if (repeats < 2) throw UsageError("--repeats must be at least 2 (a spread needs two measurements)");
+  if (warmup < 0) throw UsageError("--warmup must be 0 or more");
+  if (!(noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
+}
+
+std::string load_average() {
+  std::string s;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f)) s = trim(buf);
+    std::fclose(f);
+  }
+  return s;
+}
+
+namespace {
+
+struct BenchOptions : EndpointBenchOptions {
+  EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
+  std::string batch_sizes = "1,8,32,64";
+  std::string prompt_lengths = "128,512";
+  bool no_prefill = false;
+  double min_time = 0;
+  bool no_ceilings = false;
+  int triad_mib = 256;     // per triad array
+  int sgemm_size = 1024;   // n of the n x n x n sgemm
+  int ceiling_repeats = 5;
+  CLI::App* app = nullptr;
+  bool given(const char* flag) const { return app->count(flag) > 0; }
+};
+
+constexpr const char* kSynth100m = "synth:100m";
+
 
 
 // This machine's ceilings at one thread count.
@@ -280,17 +277,7 @@ int run_bench_remote(const BenchOptions& o) {
     if (o.given(f))
       throw UsageError(std::string(f) + " sets up the local engine; drop it with --endpoint (the server under load "
                        "has its own model and threads)");
-  EndpointBenchOptions e;
-  e.remote = o.remote;
-  e.concurrency = o.concurrency;
-  e.requests = o.requests;
-  e.max_tokens = o.max_tokens;
-  e.repeats = o.repeats;
-  e.warmup = o.warmup;
-  e.noise_cv = o.noise_cv;
-  e.prompt = o.prompt;
-  e.json = o.json;
-  return run_bench_endpoints(e);
+  return run_bench_endpoints(o);
 }
 
 int run_bench(const BenchOptions& o) {
@@ -307,9 +294,7 @@ int run_bench(const BenchOptions& o) {
   const Device device = o.engine.device_value();
   const Precision precision = o.engine.precision_value();
   if (o.max_tokens < 2) throw UsageError("--max-tokens must be at least 2 (the first token comes from the prefill step)");
-  if (o.repeats < 2) throw UsageError("--repeats must be at least 2 (a spread needs two measurements)");
-  if (o.warmup < 0) throw UsageError("--warmup must be 0 or more");
-  if (!(o.noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
+  o.check();
   if (o.triad_mib < 1 || o.triad_mib > 16384)
     throw UsageError("--triad-mib must be in 1..16384 (MiB per array; well above the last-level cache, e.g. 256)");
   if (o.sgemm_size < 16 || o.sgemm_size > 8192) throw UsageError("--sgemm-size must be in 16..8192, e.g. 1024");

@@ -22,17 +22,28 @@ std::string stats_cell(const Stats& st, double noise_cv);
 // /proc/loadavg's first line, trimmed (empty when unreadable).
 std::string load_average();
 
-// `bench --endpoint`: closed-loop load at each concurrency level on each endpoint, side by side.
-struct EndpointBenchOptions {
-  EndpointFlags remote;
-  std::string concurrency = "1,8,32,64";
-  int requests = 4;  // per stream and run
+// "1,8,32": integers in 1..4096; UsageError naming `flag` otherwise (--batch-sizes, --concurrency, ...).
+std::vector<int> parse_int_list(const std::string& s, const char* flag);
+
+// What every bench cell has, local or endpoint: the probe and how often it is measured.
+struct BenchRuns {
   int max_tokens = 32;
   int repeats = 5;
   int warmup = 1;
   double noise_cv = 0.10;
   std::string prompt = "Once upon a time";
-  std::string json;
+  std::string json;  // optional JSON output file ('-' = stdout)
+  // UsageError naming --repeats (at least 2), --warmup (0 or more) or --noise-cv (above 0).
+  void check() const;
+};
+
+// `bench --endpoint`: closed-loop load at each concurrency level on each endpoint, side by side.
+// (The local bench's options extend these: one set of flags, the endpoint ones refused without
+// --endpoint.)
+struct EndpointBenchOptions : BenchRuns {
+  EndpointFlags remote;
+  std::string concurrency = "1,8,32,64";
+  int requests = 4;  // per stream and run
 };
 
 int run_bench_endpoints(const EndpointBenchOptions& o);
