@@ -9,16 +9,13 @@
 namespace repro::kernels {
 
 namespace {
-bool env_force_portable() {
-  const char* e = std::getenv("REPRO_KERNELS_PORTABLE");
+// An environment switch: set, non-empty and not "0".
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
   return e && *e && std::strcmp(e, "0") != 0;
 }
-std::atomic<bool> g_force_portable{env_force_portable()};
-bool env_force_avx2() {
-  const char* e = std::getenv("REPRO_KERNELS_AVX2");
-  return e && *e && std::strcmp(e, "0") != 0;
-}
-std::atomic<bool> g_force_avx2{env_force_avx2()};
+std::atomic<bool> g_force_portable{env_on("REPRO_KERNELS_PORTABLE")};
+std::atomic<bool> g_force_avx2{env_on("REPRO_KERNELS_AVX2")};
 }  // namespace
 
 bool cpu_has_avx2_fma() {

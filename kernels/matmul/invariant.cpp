@@ -34,12 +34,10 @@ REPRO_AVX2 void avx2_range(const MatmulArgs& a, int n0, int n1) {
   for (int m0 = 0; m0 < a.M; m0 += mb) tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), n0, n1);
 }
 
-// Two rows and more: the AVX-512 tiles (one row stays on AVX2's 1 x 8 tile, bound by memory).
+// Two rows and more: the AVX-512 tiles (one row stays on AVX2's 1 x 16 tile, bound by memory).
 REPRO_AVX512 void avx512_range(const MatmulArgs& a, int n0, int n1) {
   if (a.M == 1) return avx2_range(a, n0, n1);
-  const int mb = m_block_rows(a.K);
-  float* panel = detail::panel8_scratch(a.K);
-  for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles512(a, m0, std::min(a.M, m0 + mb), n0, n1, panel);
+  detail::tiles512_blocks(a, n0, n1);
 }
 #endif
 

@@ -38,9 +38,7 @@ REPRO_AVX2 void panel_tiles(const detail::MatmulArgs& a, int pw) {
 
 REPRO_AVX512 void panel_tiles512(const detail::MatmulArgs& a, int pw) {
   if (a.M == 1) return panel_tiles(a, pw);
-  const int mb = detail::m_block_rows(a.K);
-  float* panel = detail::panel8_scratch(a.K);
-  for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles512(a, m0, std::min(a.M, m0 + mb), 0, pw, panel);
+  detail::tiles512_blocks(a, 0, pw);
 }
 #endif
 

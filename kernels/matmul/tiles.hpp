@@ -234,6 +234,14 @@ inline float* panel8_scratch(int K) {
   if (buf.size() < panel8_floats(K)) buf.resize(panel8_floats(K));
   return buf.data();
 }
+
+// Every row of `a` against columns [n0, n1) with the AVX-512 tiles, in blocks of m_block_rows(K)
+// rows kept hot in L2.
+REPRO_AVX512 inline void tiles512_blocks(const MatmulArgs& a, int n0, int n1) {
+  const int mb = m_block_rows(a.K);
+  float* panel = panel8_scratch(a.K);
+  for (int m0 = 0; m0 < a.M; m0 += mb) tiles512(a, m0, std::min(a.M, m0 + mb), n0, n1, panel);
+}
 #endif
 
 }  // namespace repro::kernels::detail
