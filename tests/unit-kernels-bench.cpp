@@ -19,8 +19,8 @@
 #include <random>
 #include <vector>
 
-#include "../kernels/common.hpp"
 #include "../kernels/matmul/quant_dot.hpp"
+#include "kernel_paths.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/kernels/kernels.hpp"
 #include "repro/kernels/matmul_quant.hpp"
@@ -129,16 +129,16 @@ TEST_CASE("bench: batch-invariant matmul, AVX-512 tiles vs AVX2 tiles (GFLOP/s, 
       for (int M : {2, 8, 32, 64, 128}) {
         std::vector<float> a((size_t)M * N), b((size_t)M * N);
         matmul_invariant(x.data(), w.data(), a.data(), M, N, K, pool);
-        set_force_avx2(true);
-        matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
-        set_force_avx2(false);
+        {
+          test::ForceAvx2 avx2(true);
+          matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
+        }
         REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
         double t512, t2;
         best_seconds([&] { matmul_invariant(x.data(), w.data(), a.data(), M, N, K, pool); },
                      [&] {
-                       set_force_avx2(true);
+                       test::ForceAvx2 avx2(true);
                        matmul_invariant(x.data(), w.data(), b.data(), M, N, K, pool);
-                       set_force_avx2(false);
                      },
                      t512, t2);
         const double flop = 2.0 * M * N * (double)K;
