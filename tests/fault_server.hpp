@@ -65,6 +65,7 @@ struct FaultServerOptions {
   std::string redirect_to;          // non-empty: every request gets 302 with this Location
   bool html_login = false;          // every request gets 200 text/html (a login page)
   bool empty_content = false;       // 200 with an empty completion text and no tokens
+  std::string fixed_text;           // non-empty: every non-streamed completion's text is this (hostile output)
   bool vary_per_request = false;    // every request gets a different text (nondeterminism, no load needed)
   int fail_of_5 = 0;                // POST n (from 0) with n % 5 >= 5 - fail_of_5 gets a 500 (the first ones pass)
   // Echo the received API key in "id", "model" and "system_fingerprint" with every character
@@ -415,7 +416,7 @@ class FaultServer {
 
     if (!stream) {
       nlohmann::json choice = {{"index", 0}, {"finish_reason", "length"}};
-      const std::string text = reply_text(ids);
+      const std::string text = opt_.fixed_text.empty() ? reply_text(ids) : opt_.fixed_text;
       if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
       else choice["text"] = text;
       if (opt_.token_ids) choice["token_ids"] = ids;

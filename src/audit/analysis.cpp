@@ -23,6 +23,7 @@
 #include "repro/audit/response_cache.hpp"
 #include "repro/audit/variants.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 
 namespace repro {
@@ -217,8 +218,8 @@ std::optional<std::string> AnswerExtractor::extract(const std::string& text) con
     return out;
   }
   if (!paths_.empty()) {
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded()) return std::nullopt;
+    nlohmann::json j;
+    if (!parse_json(text, j)) return std::nullopt;  // not JSON, or nested past the limit: no answer
     if (paths_.size() == 1) {
       const nlohmann::json* v = lookup(j, paths_[0]);
       if (!v) return std::nullopt;
@@ -254,8 +255,8 @@ const nlohmann::json* AnswerExtractor::lookup(const nlohmann::json& j, const std
 std::vector<std::optional<std::string>> AnswerExtractor::fields(const std::string& text) const {
   std::vector<std::optional<std::string>> out(paths_.size());
   if (paths_.empty()) return out;
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) return out;
+  nlohmann::json j;
+  if (!parse_json(text, j)) return out;
   for (size_t i = 0; i < paths_.size(); ++i)
     if (const nlohmann::json* v = lookup(j, paths_[i])) out[i] = canonical_answer(*v);
   return out;
@@ -529,8 +530,8 @@ void analyze_structured(CaseResult& cr, const std::vector<Completion>& all, cons
     raw_first.insert(retried ? (c.tokens_known ? tokens_sha256(c.first_tokens) : sha256_hex(c.first_text))
                              : output_hash(c));
     auto canon = [](const std::string& text, std::set<std::string>& seen, int& invalid) {
-      auto j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded())
+      nlohmann::json j;
+      if (!parse_json(text, j))
         ++invalid;
       else
         seen.insert(canonical_answer(j));

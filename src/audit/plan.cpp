@@ -12,6 +12,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/threadpool.hpp"
 #include "repro/common/util.hpp"
 #include "repro/audit/builtin_profiles.hpp"
@@ -75,11 +76,8 @@ std::string allowed_profile_keys() {
 void apply_profile(const ProfileSource& src, PlanOptions& o) {
   const std::string& file = src.name;
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(src.text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw UsageError("profile '" + file + "': invalid JSON (" + std::string(e.what()) + "); fix the file");
-  }
+  std::string err;
+  if (!parse_json(src.text, j, &err)) throw UsageError("profile '" + file + "': invalid JSON (" + err + "); fix the file");
   if (!j.is_object()) throw UsageError("profile '" + file + "': must be a JSON object of settings");
   o.profile = file;
   o.profile_digest = sha256_hex(src.text);
@@ -334,11 +332,9 @@ std::vector<Prompt> prompts_from_file(const std::string& path) {
       out.push_back(prompt_from_text(line));
     } else {
       nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
-        throw UsageError(where + ": invalid JSON (" + e.what() + "); each line must be one JSON object");
-      }
+      std::string err;
+      if (!parse_json(line, j, &err))
+        throw UsageError(where + ": invalid JSON (" + err + "); each line must be one JSON object");
       if (!j.is_object()) throw UsageError(where + ": each line must be a JSON object");
       Prompt p;
       const nlohmann::json* body = &j;

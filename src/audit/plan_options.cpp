@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/json_schema.hpp"
 
@@ -309,9 +310,10 @@ json parse_flag_value(const PlanOption& opt, const std::string& text) {
       case OptionType::Json: {  // the flag names a file holding the JSON
         const std::string what = opt.flag_name() + " '" + s + "'";
         if (s.empty()) throw UsageError(opt.flag_name() + ": empty file name; give the path of a JSON file");
-        json v = json::parse(read_file(s, (opt.flag_name() + " file").c_str()), nullptr, false);
-        if (v.is_discarded())
-          throw UsageError(what + ": not valid JSON; give a JSON Schema object (e.g. {\"type\":\"object\",...})");
+        json v;
+        std::string err;
+        if (!parse_json(read_file(s, (opt.flag_name() + " file").c_str()), v, &err))
+          throw UsageError(what + ": not valid JSON (" + err + "); give a JSON Schema object (e.g. {\"type\":\"object\",...})");
         return v;
       }
       case OptionType::Bool:

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 
 namespace repro {
@@ -143,7 +144,8 @@ PreflightResult preflight_endpoint(const EndpointSpec& spec) {
     if (g.status == 200 && looks_like_html(g.content_type, g.body))
       throw fail("answered with an HTML page, not the OpenAI API (a login page or a proxy?); check the URL");
     if (g.status == 200) {
-      auto j = nlohmann::json::parse(g.body, nullptr, false);
+      nlohmann::json j;
+      parse_json(g.body, j);  // an unreadable list is no list: the tiny request decides
       if (j.is_object() && j.contains("data") && j["data"].is_array()) {
         out.models_listed = true;
         for (const auto& m : j["data"])

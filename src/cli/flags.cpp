@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 #include "repro/model/synth.hpp"
 #include "repro/remote/client.hpp"
@@ -91,8 +92,10 @@ EngineOptions EngineFlags::engine_options() const {
 
 nlohmann::json parse_extra_body(const std::string& text) {
   if (text.empty()) return nlohmann::json::object();
-  nlohmann::json extra = nlohmann::json::parse(text, nullptr, false);
-  if (extra.is_discarded()) throw UsageError("--extra-body: not valid JSON; give an object such as '{\"top_k\": 1}'");
+  nlohmann::json extra;
+  std::string err;
+  if (!parse_json(text, extra, &err))
+    throw UsageError("--extra-body: not valid JSON (" + err + "); give an object such as '{\"top_k\": 1}'");
   if (!extra.is_object()) throw UsageError("--extra-body: must be a JSON object");
   return extra;
 }

@@ -153,7 +153,8 @@ ArchiveEntry read_entry(const Stmt& st, std::string* envelope) {
   e.result = st.text(5);
   e.model_sha256 = st.text(6);
   e.profile = st.text(7);
-  json eps = json::parse(st.text(8), nullptr, false);
+  json eps;
+  parse_json(st.text(8), eps);
   if (eps.is_array())
     for (const auto& x : eps)
       if (x.is_string()) e.endpoints.push_back(x.get<std::string>());
@@ -243,7 +244,7 @@ ArchiveEntry Archive::add(const ReportFiles& files, const AddOptions& opt, bool*
     throw UsageError("report '" + v.report + "' does not verify (" + v.problems.front() +
                      "); only signed, valid reports are archived (see `repro-audit verify`)");
   const std::string json_text = read_file(files.path(files.json), "report");
-  const json doc = json::parse(json_text);
+  const json doc = parse_json_or_throw(json_text, "report '" + files.path(files.json) + "'", kReportJsonLimits);
   const std::string envelope = read_file(files.path(files.envelope), "envelope");
 
   ArchiveEntry e;

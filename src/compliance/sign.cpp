@@ -324,7 +324,7 @@ json build_statement(const ReportFiles& files) {
     throw UsageError("report '" + json_path + "': digests.report_sha256 " + (stored.empty() ? "is missing" : "does not match its content") +
                      "; it was edited after it was written, so it is not signed (re-run the audit)");
   const AuditReport r = from_json(text, json_path);
-  const json doc = json::parse(text);
+  const json doc = parse_json_or_throw(text, "report '" + json_path + "'", kReportJsonLimits);
 
   json subjects = json::array();
   subjects.push_back({{"name", files.json},

@@ -101,9 +101,10 @@ json check_envelope(const ReportFiles& f, const PublicKey* trusted, Verification
     v.problems.push_back(E + "expected one DSSE envelope line, found " + std::to_string(lines.size()));
     if (lines.empty()) return nullptr;
   }
-  json env = json::parse(lines[0], nullptr, false);
-  if (env.is_discarded() || !env.is_object()) {
-    v.problems.push_back(E + "not a JSON object: the envelope was altered");
+  json env;
+  std::string err;
+  if (!parse_json(lines[0], env, &err, kReportJsonLimits) || !env.is_object()) {
+    v.problems.push_back(E + "not a JSON object" + (err.empty() ? "" : " (" + err + ")") + ": the envelope was altered");
     return nullptr;
   }
   std::string type = env.value("payloadType", std::string());
@@ -153,9 +154,9 @@ json check_envelope(const ReportFiles& f, const PublicKey* trusted, Verification
                         v.key_id + "; pass the signer's PREFIX.pub with --pubkey to check it");
     }
   }
-  json st = json::parse(payload, nullptr, false);
-  if (st.is_discarded() || !st.is_object()) {
-    v.problems.push_back(E + "payload: not a JSON in-toto Statement");
+  json st;
+  if (!parse_json(payload, st, &err, kReportJsonLimits) || !st.is_object()) {
+    v.problems.push_back(E + "payload: not a JSON in-toto Statement" + (err.empty() ? "" : " (" + err + ")"));
     return nullptr;
   }
   if (st.value("_type", std::string()) != kStatementType)
@@ -183,10 +184,11 @@ Verification verify_report(const ReportFiles& f, const PublicKey* trusted) {
 
   // ---- report.json: parse, own digest
   const std::string text = read_file(v.report, "report");
-  const json doc = json::parse(text, nullptr, false);
-  const bool parsed = !doc.is_discarded() && doc.is_object();
+  json doc;
+  std::string err;
+  const bool parsed = parse_json(text, doc, &err, kReportJsonLimits) && doc.is_object();
   if (!parsed) {
-    v.problems.push_back(J + "not valid JSON: the file was altered");
+    v.problems.push_back(J + "not valid JSON" + (err.empty() ? "" : " (" + err + ")") + ": the file was altered");
   } else {
     std::string stored, actual;
     if (verify_report_digest(text, &stored, &actual))

@@ -27,6 +27,7 @@
 #include <ctime>
 
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 
 namespace repro {
 
@@ -530,10 +531,11 @@ static const json* first_choice(const json& choices) {
 
 ParsedResponse parse_response_json(std::string_view body, bool chat) {
   ParsedResponse r;
-  json j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  json j;
+  std::string why;
+  if (!parse_json(body, j, &why) || !j.is_object()) {
     r.cause = FailCause::invalid_json;
-    r.error = "response is not a JSON object: '" + clip(body, 80) + "'";
+    r.error = "response is not a JSON object: '" + clip(body, 80) + "'" + (why.empty() ? "" : " (" + why + ")");
     return r;
   }
   if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
@@ -560,10 +562,11 @@ bool StreamAccumulator::add_event(const std::string& data) {
     r_.saw_done = true;
     return false;
   }
-  json j = json::parse(data, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  json j;
+  std::string why;
+  if (!parse_json(data, j, &why) || !j.is_object()) {
     r_.cause = FailCause::invalid_json;
-    r_.error = "stream event is not a JSON object: '" + clip(data, 80) + "'";
+    r_.error = "stream event is not a JSON object: '" + clip(data, 80) + "'" + (why.empty() ? "" : " (" + why + ")");
     return false;
   }
   if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
@@ -594,8 +597,8 @@ void StreamAccumulator::finish() {
 }
 
 std::string error_message_from_body(std::string_view body) {
-  json j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (!j.is_discarded() && j.is_object()) {
+  json j;
+  if (parse_json(body, j) && j.is_object()) {
     if (auto e = j.find("error"); e != j.end()) return error_object_message(*e);
     if (auto m = j.find("message"); m != j.end() && m->is_string()) return clip(m->get<std::string>());
   }

@@ -1,6 +1,7 @@
 // report.json: written and read through the one schema (src/report/schema.cpp) in canonical form
 // (src/report/canonical.cpp). See docs/REPORT-SCHEMA.md.
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 #include "repro/report/canonical.hpp"
 #include "repro/report/report.hpp"
@@ -20,12 +21,9 @@ std::string to_json(const AuditReport& r) {
 
 AuditReport from_json(const std::string& text, const std::string& path) {
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw UsageError("report '" + path + "': invalid JSON at byte " + std::to_string(e.byte) +
-                     "; give a report.json written by repro-audit");
-  }
+  std::string err;
+  if (!parse_json(text, j, &err, kReportJsonLimits))
+    throw UsageError("report '" + path + "': invalid JSON (" + err + "); give a report.json written by repro-audit");
   const std::string fix = "; give a report.json written by repro-audit (schema " + std::string(kReportSchema) + ")";
   if (!j.is_object()) throw UsageError("report '" + path + "': top level: expected an object" + fix);
   auto s = j.find("schema");
@@ -43,8 +41,8 @@ AuditReport from_json(const std::string& text, const std::string& path) {
 AuditReport load_report(const std::string& path) { return from_json(read_file(path, "report"), path); }
 
 bool verify_report_digest(const std::string& text, std::string* stored, std::string* actual) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
+  json j;
+  if (!parse_json(text, j, nullptr, kReportJsonLimits) || !j.is_object()) return false;
   std::string want;
   if (auto d = j.find("digests"); d != j.end() && d->is_object())
     if (auto s = d->find("report_sha256"); s != d->end() && s->is_string()) want = s->get<std::string>();

@@ -8,10 +8,15 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/common/json.hpp"
 #include "repro/report/canonical.hpp"
 #include "repro/report/schema.hpp"
 
 namespace repro {
+
+// report.json and the signed statement are read with unique keys: a repeated key would let one
+// reader see another value than the digest and the signature cover.
+inline constexpr JsonLimits kReportJsonLimits{kMaxJsonDepth, true};
 
 // ---- JSON (src/report/json.cpp; fields in src/report/schema.cpp, bytes in src/report/canonical.cpp)
 // The report document in canonical file form (repro/report/canonical.hpp), with
