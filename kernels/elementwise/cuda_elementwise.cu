@@ -7,6 +7,7 @@
 // by a cos/sin table made on the host by math::rope_table. No reduction, so no order to keep.
 #include "../cuda/check.cuh"
 #include "repro/kernels/cuda.hpp"
+#include "repro/common/rng.hpp"
 #include "repro/kernels/elementwise_math.hpp"
 
 namespace repro::kernels::cuda {
@@ -70,11 +71,7 @@ __global__ void scatter_kernel(const float* src, float* const* dst, int n, int w
 __global__ void fill_random_kernel(float* d, size_t n, uint32_t seed, float scale) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  uint64_t h = (static_cast<uint64_t>(seed) << 32) ^ i;  // splitmix64
-  h += 0x9E3779B97F4A7C15ull;
-  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-  h ^= h >> 31;
+  const uint64_t h = rng::splitmix64((static_cast<uint64_t>(seed) << 32) ^ i);
   const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
   d[i] = (2.0f * u - 1.0f) * scale;
 }

@@ -8,6 +8,7 @@
 
 #include "repro/audit/plan.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/rng.hpp"
 
 namespace repro {
 
@@ -42,12 +43,7 @@ const std::vector<std::string>& filler_pool() {
 }
 
 namespace {
-uint64_t next_u64(uint64_t& s) {  // splitmix64 stream
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t next_u64(uint64_t& s) { return rng::splitmix64_next(s); }
 // story_tokens, remembered: a plan asks for the same batch-mate prompt in many cells.
 std::vector<int> mate_story(uint64_t seed, int n, const Tokenizer& tok) {
   static std::mutex mu;

@@ -12,6 +12,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/rng.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/threadpool.hpp"
 #include "repro/common/util.hpp"
@@ -250,12 +251,7 @@ std::vector<Prompt> builtin_prompts() {
 // ---------------------------------------------------------------- generated long prompts
 
 namespace {
-uint64_t story_next(uint64_t& s) {  // splitmix64
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t story_next(uint64_t& s) { return rng::splitmix64_next(s); }
 }  // namespace
 
 std::string story_text(uint64_t seed, int sentences) {

@@ -8,16 +8,12 @@
 
 #include "repro/engine/engine.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/rng.hpp"
 
 namespace repro {
 
 namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using rng::splitmix64;
 // Uniform in [0, 1) from (seed, step): 53 random bits.
 double uniform(uint64_t seed, int step) {
   uint64_t h = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull));

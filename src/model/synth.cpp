@@ -12,6 +12,7 @@
 
 #include "repro/common/dtype.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/rng.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/model/gguf.hpp"
 #include "repro/model/gguf_write.hpp"
@@ -107,15 +108,10 @@ namespace {
 // Weights
 // =====================================================================================
 
-// splitmix64: a tiny integer PRNG with well-mixed output; identical everywhere.
+// splitmix64 (include/repro/common/rng.hpp): a tiny integer PRNG with well-mixed output.
 struct SplitMix64 {
   uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return rng::splitmix64_next(s); }
 };
 
 uint64_t fnv1a(const std::string& s) {
