@@ -114,19 +114,32 @@ struct Registered {
   Device device;
   Mode mode;
   const char* name;
+  uint32_t weight_types;  // bit t: the table reads DType t
   std::unique_ptr<Ops> (*make)(int threads);
 };
 
+constexpr uint32_t bit(DType t) { return 1u << static_cast<unsigned>(t); }
+// The CPU tables read every stored type (kernels/matmul/quant_*.cpp); the CUDA tables F32 only.
+constexpr uint32_t kCpuTypes = bit(DType::F32) | bit(DType::F16) | bit(DType::BF16) | bit(DType::Q8_0) |
+                               bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q5_K) | bit(DType::Q6_K);
+[[maybe_unused]] constexpr uint32_t kCudaTypes = bit(DType::F32);
+
 // Every table this build has (the CUDA tables when it was built with CUDA).
 const Registered kTables[] = {
-    {Device::Cpu, Mode::Default, "cpu-default", make_cpu_default},
-    {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", make_cpu_invariant},
-    {Device::Cpu, Mode::Deterministic, "cpu-deterministic", make_cpu_deterministic},
+    {Device::Cpu, Mode::Default, "cpu-default", kCpuTypes, make_cpu_default},
+    {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", kCpuTypes, make_cpu_invariant},
+    {Device::Cpu, Mode::Deterministic, "cpu-deterministic", kCpuTypes, make_cpu_deterministic},
 #ifdef REPRO_HAVE_CUDA
-    {Device::Cuda, Mode::Default, "cuda-default", make_cuda_default},
-    {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", make_cuda_invariant},
+    {Device::Cuda, Mode::Default, "cuda-default", kCudaTypes, make_cuda_default},
+    {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", kCudaTypes, make_cuda_invariant},
 #endif
 };
+
+const Registered* find_table(Device device, Mode mode) {
+  for (const auto& t : kTables)
+    if (t.device == device && t.mode == mode) return &t;
+  return nullptr;
+}
 
 // Whether this machine can run tables of `device` (a CUDA build on a machine without a GPU lists
 // only the CPU tables).
@@ -142,14 +155,31 @@ bool device_present(Device device) {
 std::vector<TableSpec> available_op_tables() {
   std::vector<TableSpec> out;
   for (const auto& t : kTables)
-    if (device_present(t.device)) out.push_back({t.device, t.mode, t.name});
+    if (device_present(t.device)) out.push_back({t.device, t.mode, t.name, t.weight_types});
   return out;
+}
+
+void check_weight_types(Device device, Mode mode, const std::vector<DType>& types) {
+  const Registered* t = find_table(device, mode);
+  if (!t) return;
+  for (DType d : types) {
+    if ((t->weight_types >> static_cast<unsigned>(d)) & 1u) continue;
+    std::string reads;
+    for (unsigned k = 0; k < 32; ++k)
+      if ((t->weight_types >> k) & 1u) reads += (reads.empty() ? "" : ", ") + std::string(dtype_name(static_cast<DType>(k)));
+    throw UsageError(std::string("--device ") + (device == Device::Cuda ? "cuda" : "cpu") + ": the " + t->name +
+                     " op table does not read " + dtype_name(d) + " weights (it reads " + reads +
+                     "); use --device cpu, or a model stored in a type it reads");
+  }
 }
 
 std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
   if (threads < 1) throw UsageError("--threads must be at least 1");
-  for (const auto& t : kTables)
-    if (t.device == device && t.mode == mode) return t.make(threads);
+  if (const Registered* t = find_table(device, mode)) {
+    std::unique_ptr<Ops> ops = t->make(threads);
+    ops->weight_types_ = t->weight_types;
+    return ops;
+  }
   if (device == Device::Cuda && mode == Mode::Deterministic)
     throw BackendError("--mode deterministic runs the CPU reference kernels only (there is no cuda-deterministic "
                        "table); use --device cpu, or batch-invariant on cuda");

@@ -229,6 +229,21 @@ TEST_CASE("device cuda: a clear backend error when this build or machine cannot 
                        BackendError);
 }
 
+TEST_CASE("device cuda: a model in a type the CUDA tables do not read is refused when the weights are bound") {
+#ifdef REPRO_HAVE_CUDA
+  // The check needs no GPU: it comes before the device is opened, with or without one.
+  const auto dir = test::scratch_dir("engine-cuda-q8");
+  const std::string path = (dir / "q8.gguf").string();
+  auto made = test::run_cli("model synth --out '" + path + "' --dim 64 --hidden 128 --layers 1 --heads 2 --kv-heads 2 "
+                            "--vocab 400 --type q8_0");
+  REQUIRE(made.code == 0);
+  auto r = test::run_cli("generate --model '" + path + "' --device cuda --prompt hi --max-tokens 1");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: --device cuda: the cuda-batch-invariant op table does not read Q8_0 weights") !=
+        std::string::npos);
+#endif
+}
+
 TEST_CASE("Engine::cancel drops a queued or decoding sequence; the others decode as if it never ran") {
   const Model& m = synth();
   EngineOptions eo;

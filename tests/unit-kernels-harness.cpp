@@ -149,6 +149,22 @@ void check_rows(Table& t, const char* op, size_t width, const std::vector<float>
 
 }  // namespace
 
+TEST_CASE("op tables: a model's weight types are checked against the table before any kernel runs") {
+  CHECK_NOTHROW(check_weight_types(Device::Cpu, Mode::BatchInvariant, {DType::F32, DType::Q5_K, DType::Q4_K}));
+#ifdef REPRO_HAVE_CUDA
+  // No GPU needed: the registry row says what the CUDA tables read.
+  CHECK_NOTHROW(check_weight_types(Device::Cuda, Mode::BatchInvariant, {DType::F32}));
+  CHECK_THROWS_WITH_AS(check_weight_types(Device::Cuda, Mode::BatchInvariant, {DType::F32, DType::Q8_0}),
+                       "--device cuda: the cuda-batch-invariant op table does not read Q8_0 weights (it reads F32); "
+                       "use --device cpu, or a model stored in a type it reads",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(check_weight_types(Device::Cuda, Mode::Default, {DType::BF16}),
+                       doctest::Contains("the cuda-default op table does not read BF16 weights"), UsageError);
+#endif
+  // A pair with no table: make_ops names that, not this check.
+  CHECK_NOTHROW(check_weight_types(Device::Cuda, Mode::Deterministic, {DType::Q8_0}));
+}
+
 TEST_CASE("op tables: the registry lists the CPU tables; CUDA fails with one clear line") {
   std::vector<std::string> names;
   for (const auto& t : available_op_tables()) names.push_back(t.name);
@@ -165,6 +181,10 @@ TEST_CASE("op tables: the registry lists the CPU tables; CUDA fails with one cle
     CHECK(!i.library.empty());
     CHECK(i.threads == (t.mode == Mode::Deterministic ? 1 : 2));  // deterministic: one thread, whatever asked
     CHECK(i.requests_alone == (t.mode == Mode::Deterministic));
+    for (unsigned d = 0; d <= static_cast<unsigned>(DType::Q6_K); ++d)
+      CHECK(ops->supports(static_cast<DType>(d)) == t.supports(static_cast<DType>(d)));
+    if (t.device == Device::Cpu)  // the CPU tables read every stored type
+      for (unsigned d = 0; d <= static_cast<unsigned>(DType::Q6_K); ++d) CHECK(t.supports(static_cast<DType>(d)));
   }
   bool has_cuda = false;
   for (const auto& t : available_op_tables()) has_cuda = has_cuda || t.device == Device::Cuda;

@@ -25,9 +25,27 @@ namespace repro {
 
 using kernels::Buffer;
 
+namespace {
+// The table for (device, mode), once every weight type of the model is one it reads.
+std::unique_ptr<kernels::Ops> checked_ops(const Model& m, const EngineOptions& opts) {
+  std::vector<DType> types;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty() && std::find(types.begin(), types.end(), t.dtype) == types.end()) types.push_back(t.dtype);
+  };
+  add(m.token_embd);
+  add(m.output_norm);
+  add(m.classifier());
+  for (const LayerWeights& w : m.layers)
+    for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_down, &w.w_up,
+                            &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm})
+      add(*t);
+  kernels::check_weight_types(opts.device, opts.mode, types);
+  return kernels::make_ops(opts.device, opts.mode, opts.threads);
+}
+}  // namespace
+
 Forward::Forward(const Model& model, const EngineOptions& opts)
-    : m_(model), c_(model.config), precision_(opts.precision),
-      ops_(kernels::make_ops(opts.device, opts.mode, opts.threads)) {
+    : m_(model), c_(model.config), precision_(opts.precision), ops_(checked_ops(model, opts)) {
   token_embd_ = bind(m_.token_embd);
   output_norm_ = bind(m_.output_norm);
   classifier_ = bind(m_.classifier());

@@ -11,7 +11,9 @@
 //   buffers      device memory for activations (host memory on the CPU), move-only handles
 //   KV slots     a pool of K/V caches allocated once per engine and reused: a sequence takes a
 //                slot when it joins and gives it back when it leaves; no per-sequence vectors
-//   matmul       per weight dtype (F32 today; other types throw a BackendError naming the type)
+//   matmul       per weight dtype: the types a table reads are a row of the registry (ops.cpp), and
+//                supports(dtype) answers from it; the engine checks every tensor of a model against
+//                it when it binds the weights, so an unread type is refused before the first step
 //   rmsnorm, attention (over KV slots), and the element-wise ops: embedding gather, RoPE (normal
 //                or neox pairs), silu(gate) * up, residual add, bias add, KV store, row gather,
 //                and the precision rounding
@@ -121,6 +123,8 @@ class Ops {
  public:
   virtual ~Ops();
   virtual OpsInfo describe() const = 0;
+  // Whether this table's matmul and embedding read weights stored as `t` (its registry row).
+  bool supports(DType t) const { return (weight_types_ >> static_cast<unsigned>(t)) & 1u; }
 
   // ---- buffers ----
   Buffer alloc(size_t n);  // n floats, uninitialised
@@ -192,6 +196,8 @@ class Ops {
     return b.data() + static_cast<size_t>(layer) * slots_[s].capacity * kv_dim_;
   }
   void check_slot(int slot, const char* what) const;
+  friend std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads);
+  uint32_t weight_types_ = 0;  // bit t: reads DType t (set by make_ops from the registry)
   int n_layers_ = 0, kv_dim_ = 0;
   std::vector<KvSlot> slots_;
 };
@@ -200,9 +206,17 @@ class Ops {
 struct TableSpec {
   Device device;
   Mode mode;
-  std::string name;  // "cpu-default", "cpu-batch-invariant"
+  std::string name;            // "cpu-default", "cpu-batch-invariant"
+  uint32_t weight_types = 0;   // bit t: the table reads weights of DType t
+  bool supports(DType t) const { return (weight_types >> static_cast<unsigned>(t)) & 1u; }
 };
 std::vector<TableSpec> available_op_tables();
+
+// Refuses, before any kernel runs, a model whose weights the (device, mode) table cannot read:
+// throws UsageError "--device cuda: the cuda-batch-invariant op table does not read Q8_0 weights
+// (it reads F32); use --device cpu". Needs no device (the registry row says what the table reads);
+// does nothing for a pair with no table (make_ops names that).
+void check_weight_types(Device device, Mode mode, const std::vector<DType>& types);
 
 // THE factory: the only place that turns (device, mode) into kernels. Throws BackendError with a
 // one-line reason when the device is not available (a build without CUDA, no GPU, no tables yet).
