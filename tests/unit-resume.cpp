@@ -1,8 +1,10 @@
 // ctest-labels: unit remote
-// `run --resume` continues exactly the run it names, or refuses: flags that would change the plan,
-// another model (same path, other bytes), edited prompts, a local run resumed against endpoints
-// and a remote run resumed without them or against others. A resumed remote run sends only what
-// had not finished and equals an uninterrupted run case by case (loopback fault server, real binary).
+// `run --resume` continues exactly the run it names, or refuses: flags that would change the plan
+// (--chat-template included), another model (same path, other bytes), edited prompts, a local run
+// resumed against endpoints and a remote run resumed without them or against others. A finished run
+// has nothing to resume and is left byte for byte as it was (its signature stays valid). A resumed
+// remote run sends only what had not finished and equals an uninterrupted run case by case (loopback
+// fault server, real binary).
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -97,6 +99,9 @@ TEST_CASE("--resume of a local run refuses other flags, other model bytes, edite
                 "--precisions gives [\"f32\",\"bf16\"] but the run used [\"f32\"] (precisions)");
   check_refused(run(dir, resume + " --out '" + (dir / "elsewhere").string() + "'"),
                 "--out: a resumed run writes into");
+  // Another chat template renders `messages` prompts otherwise: false divergence between the segments.
+  check_refused(run(dir, resume + " --chat-template llama3"),
+                "--chat-template gives llama3 but the run used ");
   // A local run resumed against an endpoint.
   check_refused(run(dir, resume + " --endpoint http://127.0.0.1:9/v1 --api-model m"),
                 "the run audited the local model " + fs::absolute(model).string() + "; drop --endpoint");
@@ -218,4 +223,29 @@ TEST_CASE(
     }
     CHECK(done.plan == whole.plan);
   }
+}
+
+TEST_CASE("--resume of a finished, signed run: nothing to resume, nothing written, the signature still holds") {
+  auto dir = test::scratch_dir("resume-finished");
+  const fs::path out = dir / "out", key = dir / "signer";
+  REQUIRE(run(dir, "keygen --out '" + key.string() + "'").code == 0);
+  auto first = run(dir, "run --quiet -n 1 --batch-sizes 1 --modes batch-invariant --max-tokens 4 "
+                        "--prompt 'Once upon a time' --sign-key '" + key.string() + "' --out '" + out.string() + "'");
+  CAPTURE(first.output);
+  REQUIRE(first.code == 0);
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(out)) before[e.path().filename().string()] = test::slurp(e.path());
+  REQUIRE(before.count("report.intoto.jsonl"));
+
+  auto again = run(dir, "run --quiet --resume '" + out.string() + "'");
+  CAPTURE(again.output);
+  CHECK(again.code == 0);
+  CHECK(again.output == "nothing to resume: the run in " + out.string() +
+                            " finished (report.json, verdict reproducible); nothing was written\n");
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::directory_iterator(out)) after[e.path().filename().string()] = test::slurp(e.path());
+  CHECK(after == before);
+  auto v = run(dir, "verify '" + out.string() + "' --pubkey '" + key.string() + ".pub'");
+  CAPTURE(v.output);
+  CHECK(v.code == 0);
 }
