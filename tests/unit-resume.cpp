@@ -18,6 +18,7 @@
 
 #include "fault_server.hpp"
 #include "repro/audit/runner.hpp"
+#include "repro/common/util.hpp"
 #include "repro/report/report.hpp"
 #include "test_util.hpp"
 
@@ -248,4 +249,63 @@ TEST_CASE("--resume of a finished, signed run: nothing to resume, nothing writte
   auto v = run(dir, "verify '" + out.string() + "' --pubkey '" + key.string() + ".pub'");
   CAPTURE(v.output);
   CHECK(v.code == 0);
+}
+
+namespace {
+// The digest `run` records for a list of plain prompts: SHA-256 of their canonical JSON, in plan order.
+std::string canonical_prompts_digest(const std::vector<std::pair<std::string, std::string>>& ps) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [id, text] : ps) a.push_back({{"id", id}, {"text", text}});
+  return sha256_hex(a.dump());
+}
+}  // namespace
+
+TEST_CASE("--resume compares prompts by their canonical digest: a colliding set and edited messages are refused; "
+          "a report with the older digest form still resumes") {
+  auto dir = test::scratch_dir("resume-prompts-digest");
+  const std::string plan = " -n 1 --batch-sizes 1 --modes batch-invariant --max-tokens 3 --format json";
+  // "a<TAB>b" / "c" and "a" / "b<TAB>c" wrote the same "id\\ttext\\n" line.
+  std::ofstream(dir / "tab-in-id.jsonl") << R"({"id": "a\tb", "prompt": "c"})" << "\n";
+  std::ofstream(dir / "tab-in-text.jsonl") << R"({"id": "a", "prompt": "b\tc"})" << "\n";
+  const fs::path out = dir / "out";
+  auto first = run(dir, "run --quiet --prompts '" + (dir / "tab-in-id.jsonl").string() + "'" + plan + " --out '" +
+                            out.string() + "'");
+  CAPTURE(first.output);
+  REQUIRE(first.code == 0);
+  AuditReport r0 = load_report((out / "report.json").string());
+  CHECK(r0.environment["digests"]["prompts_sha256"] == canonical_prompts_digest({{"a\tb", "c"}}));
+  check_refused(run(dir, "run --quiet --resume '" + out.string() + "' --prompts '" +
+                             (dir / "tab-in-text.jsonl").string() + "'"),
+                "the prompts given (1, sha256 ");
+
+  // A chat prompt whose messages were edited in the checkpoint is not the run's prompt any more.
+  std::ofstream(dir / "chat.jsonl") << R"({"id": "c1", "messages": [{"role": "user", "content": "Once upon"}]})"
+                                    << "\n";
+  const fs::path chat = dir / "chat";
+  auto c = run(dir, "run --quiet --prompts '" + (dir / "chat.jsonl").string() + "'" + plan + " --out '" +
+                        chat.string() + "'");
+  CAPTURE(c.output);
+  REQUIRE(c.code == 0);
+  nlohmann::json j = nlohmann::json::parse(test::slurp(chat / "report.json"));
+  REQUIRE(j["plan"]["prompt_messages"]["c1"].is_array());
+  j["plan"]["prompt_messages"]["c1"][0]["role"] = "system";
+  j["summary"]["interrupted"] = true;
+  std::ofstream(chat / "report.json", std::ios::trunc) << j.dump();
+  check_refused(run(dir, "run --quiet --resume '" + chat.string() + "'"), "(the file was edited); start a new run");
+
+  // A report that recorded the older form ("id\\ttext\\n" per prompt) resumes, and records the new form.
+  nlohmann::json old = nlohmann::json::parse(test::slurp(out / "report.json"));
+  REQUIRE(old["completions"].size() >= 1);
+  const size_t all = old["completions"].size();
+  old["completions"].erase(old["completions"].size() - 1);
+  old["summary"]["interrupted"] = true;
+  old["summary"]["verdict"] = "interrupted";
+  old["environment"]["digests"]["prompts_sha256"] = sha256_hex("a\tb\tc\n");
+  std::ofstream(out / "report.json", std::ios::trunc) << old.dump(2);
+  auto resumed = run(dir, "run --quiet --resume '" + out.string() + "'");
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  AuditReport after = load_report((out / "report.json").string());
+  CHECK(after.completions.size() == all);
+  CHECK(after.environment["digests"]["prompts_sha256"] == canonical_prompts_digest({{"a\tb", "c"}}));
 }

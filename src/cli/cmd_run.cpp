@@ -150,6 +150,13 @@ std::string endpoint_text(const nlohmann::json& e) {
   return e.value("label", std::string()) + "=" + e.value("url", std::string());
 }
 
+// The prompts digest of reports written before it covered messages: "id\ttext\n" per prompt.
+std::string older_prompts_form(const std::vector<Prompt>& prompts) {
+  std::string s;
+  for (const auto& p : prompts) s += p.id + "\t" + p.text + "\n";
+  return s;
+}
+
 // Flags that would change the plan of the run being resumed: refused unless they repeat its values.
 void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const AuditReport& report) {
   const std::string where = "--resume " + o.resume + ": ";
@@ -179,21 +186,25 @@ void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const Audi
                        " but the run used '" + plan.profile + "' with sha256 " +
                        short_hex(plan.profile_digest) + fix);
   }
-  const std::string recorded_prompts = recorded_string(report.environment, "digests", "prompts_sha256");
-  if (o.given("--prompts") || o.given("--prompt")) {
-    PlanOptions given;
-    given.prompts = prompts_from_flags(o);
-    std::string d = input_digests(given, nullptr).value("prompts_sha256", "");
-    if (d != recorded_prompts)
-      throw UsageError(where + "the prompts given (" + std::to_string(given.prompts.size()) + ", sha256 " +
-                       short_hex(d) + ") are not the run's (" + std::to_string(plan.prompts.size()) +
-                       ", sha256 " + short_hex(recorded_prompts) + ")" + fix);
-  }
   // The prompts restored from the checkpoint are the ones the run recorded (a hand-edited file is not).
-  std::string restored = input_digests(plan, nullptr).value("prompts_sha256", "");
-  if (!recorded_prompts.empty() && restored != recorded_prompts)
+  // Reports written before the digest covered messages recorded the older form, "id\ttext\n" per
+  // prompt in plan order: such a run still resumes when its restored prompts give that digest (the
+  // report it then writes records the canonical form).
+  const std::string recorded_prompts = recorded_string(report.environment, "digests", "prompts_sha256");
+  const std::string restored = prompts_digest(plan.prompts);
+  if (!recorded_prompts.empty() && restored != recorded_prompts &&
+      sha256_hex(older_prompts_form(plan.prompts)) != recorded_prompts)
     throw UsageError(where + "its prompts have sha256 " + short_hex(restored) + " but the run recorded " +
                      short_hex(recorded_prompts) + " (the file was edited); start a new run");
+  // Prompts given again must be the run's: compared in the canonical form, with the restored ones.
+  if (o.given("--prompts") || o.given("--prompt")) {
+    const std::vector<Prompt> given = prompts_from_flags(o);
+    const std::string d = prompts_digest(given);
+    if (d != restored)
+      throw UsageError(where + "the prompts given (" + std::to_string(given.size()) + ", sha256 " + short_hex(d) +
+                       ") are not the run's (" + std::to_string(plan.prompts.size()) + ", sha256 " +
+                       short_hex(restored) + ")" + fix);
+  }
   // The chat template renders `messages` prompts: another one would make the segments differ.
   if (o.given("--chat-template") && report.environment.is_object() && report.environment.contains("model")) {
     const std::string had = recorded_string(report.environment, "model", "chat_template");
