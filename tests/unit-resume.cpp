@@ -201,6 +201,7 @@ TEST_CASE(
 
     // Resumed: only the missing requests are sent, the cache probe setting holds, and the result is the
     // uninterrupted run's, completion by completion.
+    const size_t seen_mid = srv.seen().size();
     auto r = run(dir, resume + ep);
     CAPTURE(r.output);
     CHECK(r.code == 0);
@@ -223,6 +224,17 @@ TEST_CASE(
       CHECK(done.cases[i].unique == whole.cases[i].unique);
     }
     CHECK(done.plan == whole.plan);
+    // The request statistics cover both segments: the interrupted one's and what the resumed one sent
+    // (every request the server received since, less the preflight's).
+    const auto seen = srv.seen();
+    int64_t sent_after = 0;
+    for (size_t i = seen_mid; i < seen.size(); ++i)
+      if (!(seen[i].body.is_object() && seen[i].body.value("prompt", std::string()) == "Hello")) ++sent_after;
+    auto requests = [](const AuditReport& rep) {
+      return rep.environment["remote_stats"]["a"]["requests"].get<int64_t>();
+    };
+    CHECK(requests(partial) > 0);
+    CHECK(requests(done) == requests(partial) + sent_after);
   }
 }
 

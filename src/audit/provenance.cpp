@@ -101,7 +101,12 @@ void record_provenance(AuditReport& report, const PlanOptions& plan, const Model
   report.prompt_variants.clear();
   for (const auto& p : plan.prompts)
     if (!p.task.empty()) report.prompt_variants.push_back({p.id, p.task, p.variant});
+  // A resumed remote run keeps the request statistics of its earlier segments (run_remote adds to them).
+  nlohmann::json earlier_stats;
+  if (report.environment.is_object() && report.environment.contains("remote_stats"))
+    earlier_stats = report.environment["remote_stats"];
   report.environment = environment_record(plan.threads);
+  if (!endpoints.empty() && earlier_stats.is_object()) report.environment["remote_stats"] = earlier_stats;
   if (model) {
     report.environment["model"] = model_identity(*model, model_path);
     std::vector<Mode> modes;

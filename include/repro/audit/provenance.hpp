@@ -37,7 +37,8 @@ struct EngineSetup {
 // prompts' texts, and the
 // environment record (tool, OS, CPU, ...) with the model identity and engine (local: `model` given)
 // or the endpoints (remote), the profile and the input digests. Completions are left as they are
-// (a resumed report keeps its finished ones).
+// (a resumed report keeps its finished ones), and so are a resumed remote report's request
+// statistics (environment.remote_stats), to which the resumed segment adds its own.
 void record_provenance(AuditReport& report, const PlanOptions& plan, const Model* model, const std::string& model_path,
                        const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints);
 
