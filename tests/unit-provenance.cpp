@@ -69,3 +69,19 @@ TEST_CASE("provenance: the prompts digest tells apart sets that \"id\\ttext\\n\"
   CHECK(doc["digests"]["prompts_sha256"] == prompts_digest(plan.prompts));
   CHECK(doc["environment"]["digests"]["prompts_sha256"] == prompts_digest(plan.prompts));
 }
+
+TEST_CASE("provenance: diff compares prompts in one form, whatever form each report recorded") {
+  PlanOptions plan;
+  plan.prompts = {prompt_from_text("alpha"), prompt_from_text("beta")};
+  AuditReport a, b;
+  record_provenance(a, plan, nullptr, "", EngineSetup{}, {});
+  b = a;
+  // `a` as an earlier version recorded it: "id\ttext\n" per prompt.
+  a.environment["digests"]["prompts_sha256"] =
+      sha256_hex(plan.prompts[0].id + "\talpha\n" + plan.prompts[1].id + "\tbeta\n");
+  for (const auto& line : config_drift(a, b)) CHECK(line.rfind("prompts digest", 0) != 0);
+  b.prompts[plan.prompts[1].id] = "gamma";
+  bool named = false;
+  for (const auto& line : config_drift(a, b)) named = named || line.rfind("prompts digest ", 0) == 0;
+  CHECK(named);
+}
