@@ -149,6 +149,14 @@ class FaultServer {
     std::lock_guard<std::mutex> l(mu_);
     return arrivals_;
   }
+  // Every request on any route (GET /v1/models included), in arrival order: method, path, auth header.
+  struct Received {
+    std::string method, path, authorization;
+  };
+  std::vector<Received> received() {
+    std::lock_guard<std::mutex> l(mu_);
+    return received_;
+  }
   SeenRequest last() {
     std::lock_guard<std::mutex> l(mu_);
     return seen_.empty() ? SeenRequest{} : seen_.back();
@@ -280,6 +288,10 @@ class FaultServer {
 
   // Redirects, login pages and bad keys answer every path alike.
   bool misbehave(const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (received_.size() < 20000) received_.push_back({req.method, req.path, req.get_header_value("Authorization")});
+    }
     if (!opt_.redirect_to.empty()) {
       res.status = 302;
       res.set_header("Location", opt_.redirect_to);
@@ -514,6 +526,7 @@ class FaultServer {
   std::deque<Fault> queue_;
   std::vector<Rule> rules_;
   std::vector<SeenRequest> seen_;
+  std::vector<Received> received_;
   std::vector<double> arrivals_;
   std::map<std::string, std::string> cache_;  // response_cache: request -> first response body
 };

@@ -2,16 +2,23 @@
 // real binary: GREEN on an unchanged rerun, YELLOW on a bit-level change (a baseline whose recorded
 // bits differ in one context), RED on another model file,
 // exit codes and bad input; against `serve` on loopback: GREEN, then RED when the served model changes.
+// An untrusted baseline: an edited one (stale digest) is refused before any request, the API key goes
+// only to URLs given on the command line, --pubkey checks the baseline's envelope, --out never
+// overwrites the baseline, and an interrupted baseline is refused as incomplete.
 // ctest-labels: unit remote
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "repro/audit/canary.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/report/canonical.hpp"
 #include "repro/report/report.hpp"
+#include "fault_server.hpp"
 #include "repro/serve/server.hpp"
 #include "test_util.hpp"
 
@@ -127,13 +134,13 @@ TEST_CASE("canary end to end: GREEN unchanged, YELLOW on other bits, RED on anot
       edited = true;
     }
   REQUIRE(edited);
+  rj["digests"]["report_sha256"] = report_digest(rj);  // a baseline written that way, digest and all
   std::ofstream(dir / "edited" / "report.json") << rj.dump(2);
   auto yellow = cli(dir, "canary --baseline edited/report.json --quiet --out yellow");
   INFO(yellow.output);
   CHECK(yellow.code == 1);
   CHECK(yellow.output.find("canary YELLOW") != std::string::npos);
   CHECK(yellow.output.find("YELLOW default (f32): 1 completion(s) with the same tokens but other bits") != std::string::npos);
-  CHECK(yellow.output.find("edited after it was written") != std::string::npos);  // the digest check still warns
 
   // Another model file at the recorded path.
   REQUIRE(cli(dir, "model synth --out m.gguf --seed 2 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
@@ -180,7 +187,8 @@ TEST_CASE("canary against serve on loopback: GREEN on the same server, RED when 
   INFO(base.output);
   REQUIRE(base.code == 0);
   auto green = test::run_shell("cd '" + dir.string() + "' && " + k + "'" + test::binary() +
-                               "' canary --baseline base --api-key-env CANARY_KEY --quiet --out green");
+                               "' canary --baseline base --endpoint inv=" + server->url() +
+                               " --api-key-env CANARY_KEY --quiet --out green");  // the key goes to given URLs only
   INFO(green.output);
   CHECK(green.code == 0);
   CHECK(green.output.find("canary GREEN") != std::string::npos);
@@ -226,4 +234,132 @@ TEST_CASE("canary renders messages with the baseline's chat template; --chat-tem
   INFO(red.output);
   CHECK(red.code == 2);
   CHECK(red.output.find("canary RED") != std::string::npos);
+}
+
+namespace {
+// A report rewritten with its digest recomputed: what a careful editor of a golden file produces.
+void rewrite_with_digest(const fs::path& from, const fs::path& to, const std::function<void(AuditReport&)>& edit) {
+  AuditReport r = load_report(from.string());
+  edit(r);
+  fs::create_directories(to.parent_path());
+  write_file_atomic(to.string(), to_json(r));
+}
+size_t requests_to(test::FaultServer& s) { return s.received().size(); }
+}  // namespace
+
+TEST_CASE("canary: an edited baseline (stale digest) is refused before any request; the key goes only to URLs "
+          "given on the command line") {
+  auto dir = test::scratch_dir("canary-untrusted");
+  test::FaultServerOptions fo;
+  fo.models = {"m"};
+  test::FaultServer house(fo), evil(fo);
+  const std::string key = "sk-canary-key-ONLY-FOR-HOUSE-31";
+  const std::string k = "CANARY_KEY='" + key + "' ";
+  auto canary = [&](const std::string& args) {
+    return test::run_shell("cd '" + dir.string() + "' && " + env(dir) + k + "'" + test::binary() + "' canary " + args +
+                           " --api-key-env CANARY_KEY --quiet");
+  };
+  auto base = test::run_shell("cd '" + dir.string() + "' && " + env(dir) + k + "'" + test::binary() +
+                              "' run --quiet --endpoint a=" + house.url() + "/v1 --api-model m --api completions "
+                              "--api-key-env CANARY_KEY -n 1 --concurrency 1 --max-tokens 4 --prompt 'alpha beta' "
+                              "--no-cache-probe --format json --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+
+  // The recorded URL pointed elsewhere, digest left stale: refused, and nobody is asked anything.
+  nlohmann::json j = read_json(dir / "base" / "report.json");
+  j["environment"]["endpoints"][0]["url"] = evil.url() + "/v1";
+  fs::create_directories(dir / "stale");
+  std::ofstream(dir / "stale" / "report.json") << j.dump(2);
+  const size_t house_before = requests_to(house);
+  for (const std::string& extra : std::vector<std::string>{"", " --endpoint a=" + house.url() + "/v1"}) {
+    auto r = canary("--baseline stale" + extra + " --out stale-rerun");
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.rfind("error: --baseline 'stale/report.json': its content does not match its recorded digest "
+                         "(digests.report_sha256): it was edited after it was written; use the baseline as it was "
+                         "written, or record a new one with `repro-audit run`\n", 0) == 0);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+  CHECK(requests_to(evil) == 0);
+  CHECK(requests_to(house) == house_before);
+  CHECK_FALSE(fs::exists(dir / "stale-rerun"));
+
+  // The same edit with the digest recomputed: the recorded URL is used, but never with the key.
+  rewrite_with_digest(dir / "base" / "report.json", dir / "redirected" / "report.json",
+                      [&](AuditReport& r) { r.environment["endpoints"][0]["url"] = evil.url() + "/v1"; });
+  auto r = canary("--baseline redirected --out redirected-rerun");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("note: endpoint 'a' uses the URL recorded in the baseline, which never receives the API key; "
+                      "give --endpoint 'a=URL' to send it") != std::string::npos);
+  REQUIRE(requests_to(evil) > 0);
+  for (const auto& q : evil.received()) CHECK(q.authorization.empty());
+
+  // A URL given on the command line gets the key.
+  const size_t before = requests_to(house);
+  r = canary("--baseline redirected --endpoint a=" + house.url() + "/v1 --out given-rerun");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("never receives the API key") == std::string::npos);
+  auto got = house.received();
+  REQUIRE(got.size() > before);
+  for (size_t i = before; i < got.size(); ++i) CHECK(got[i].authorization == "Bearer " + key);
+}
+
+TEST_CASE("canary --pubkey checks the baseline's envelope; --out never overwrites the baseline; an interrupted "
+          "baseline is incomplete") {
+  auto dir = test::scratch_dir("canary-trust");
+  REQUIRE(cli(dir, "model synth --out m.gguf --seed 1 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
+  REQUIRE(cli(dir, "keygen --out signer").code == 0);
+  REQUIRE(cli(dir, "keygen --out other").code == 0);
+  const std::string plan = "--model m.gguf --max-tokens 4 --prompt 'Once upon a time' -n 1 --batch-sizes 1 "
+                           "--modes batch-invariant --quiet";
+  auto base = cli(dir, "run " + plan + " --sign-key signer --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+  REQUIRE(fs::exists(dir / "base" / "report.intoto.jsonl"));
+  REQUIRE(cli(dir, "run " + plan + " --out unsigned").code == 0);
+
+  auto ok = cli(dir, "canary --baseline base --pubkey signer.pub --quiet --out right");
+  INFO(ok.output);
+  CHECK(ok.code == 0);
+  CHECK(ok.output.find("canary GREEN") != std::string::npos);
+
+  auto wrong = cli(dir, "canary --baseline base --pubkey other.pub --quiet --out wrong");
+  INFO(wrong.output);
+  CHECK(wrong.code == 2);
+  CHECK(wrong.output.rfind("error: --baseline 'base/report.json' does not verify with --pubkey other.pub: "
+                           "report.intoto.jsonl: signed by key id ", 0) == 0);
+  CHECK(std::count(wrong.output.begin(), wrong.output.end(), '\n') == 1);
+  CHECK_FALSE(fs::exists(dir / "wrong"));
+
+  auto unsigned_ = cli(dir, "canary --baseline unsigned --pubkey signer.pub --quiet --out u");
+  INFO(unsigned_.output);
+  CHECK(unsigned_.code == 2);
+  CHECK(unsigned_.output.rfind("error: --baseline 'unsigned/report.json' does not verify with --pubkey signer.pub: "
+                               "report.intoto.jsonl: missing: the report is not signed", 0) == 0);
+
+  // --out naming the baseline's directory (in any spelling) would overwrite the golden report.
+  const std::string golden = test::slurp(dir / "base" / "report.json");
+  for (const std::string& out : std::vector<std::string>{"base", "base/", "./base", (dir / "base").string()}) {
+    auto r = cli(dir, "canary --baseline base/report.json --quiet --out '" + out + "'");
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.rfind("error: --out '" + out + "' is the baseline's directory: the rerun would overwrite the "
+                         "golden report; choose another --out\n", 0) == 0);
+  }
+  CHECK(test::slurp(dir / "base" / "report.json") == golden);
+
+  // An interrupted baseline vouches for part of its plan only.
+  rewrite_with_digest(dir / "unsigned" / "report.json", dir / "part" / "report.json", [](AuditReport& r) {
+    r.summary.interrupted = true;
+    r.summary.verdict = "interrupted";
+  });
+  auto part = cli(dir, "canary --baseline part --quiet --out part-rerun");
+  INFO(part.output);
+  CHECK(part.code == 2);
+  CHECK(part.output.rfind("error: --baseline 'part/report.json': baseline incomplete: that run was interrupted; "
+                          "finish it with `repro-audit run --resume part`, then compare against it\n", 0) == 0);
+  CHECK_FALSE(fs::exists(dir / "part-rerun"));
 }

@@ -1,8 +1,10 @@
 // ctest-labels: unit remote
-// `run --resume` continues exactly the run it names, or refuses: flags that would change the plan,
-// another model (same path, other bytes), edited prompts, a local run resumed against endpoints
-// and a remote run resumed without them or against others. A resumed remote run sends only what
-// had not finished and equals an uninterrupted run case by case (loopback fault server, real binary).
+// `run --resume` continues exactly the run it names, or refuses: flags that would change the plan
+// (--chat-template included), another model (same path, other bytes), edited prompts, a local run
+// resumed against endpoints and a remote run resumed without them or against others. A finished run
+// has nothing to resume and is left byte for byte as it was (its signature stays valid). A resumed
+// remote run sends only what had not finished and equals an uninterrupted run case by case (loopback
+// fault server, real binary).
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,6 +18,7 @@
 
 #include "fault_server.hpp"
 #include "repro/audit/runner.hpp"
+#include "repro/common/util.hpp"
 #include "repro/report/report.hpp"
 #include "test_util.hpp"
 
@@ -97,6 +100,9 @@ TEST_CASE("--resume of a local run refuses other flags, other model bytes, edite
                 "--precisions gives [\"f32\",\"bf16\"] but the run used [\"f32\"] (precisions)");
   check_refused(run(dir, resume + " --out '" + (dir / "elsewhere").string() + "'"),
                 "--out: a resumed run writes into");
+  // Another chat template renders `messages` prompts otherwise: false divergence between the segments.
+  check_refused(run(dir, resume + " --chat-template llama3"),
+                "--chat-template gives llama3 but the run used ");
   // A local run resumed against an endpoint.
   check_refused(run(dir, resume + " --endpoint http://127.0.0.1:9/v1 --api-model m"),
                 "the run audited the local model " + fs::absolute(model).string() + "; drop --endpoint");
@@ -195,6 +201,7 @@ TEST_CASE(
 
     // Resumed: only the missing requests are sent, the cache probe setting holds, and the result is the
     // uninterrupted run's, completion by completion.
+    const size_t seen_mid = srv.seen().size();
     auto r = run(dir, resume + ep);
     CAPTURE(r.output);
     CHECK(r.code == 0);
@@ -217,5 +224,100 @@ TEST_CASE(
       CHECK(done.cases[i].unique == whole.cases[i].unique);
     }
     CHECK(done.plan == whole.plan);
+    // The request statistics cover both segments: the interrupted one's and what the resumed one sent
+    // (every request the server received since, less the preflight's).
+    const auto seen = srv.seen();
+    int64_t sent_after = 0;
+    for (size_t i = seen_mid; i < seen.size(); ++i)
+      if (!(seen[i].body.is_object() && seen[i].body.value("prompt", std::string()) == "Hello")) ++sent_after;
+    auto requests = [](const AuditReport& rep) {
+      return rep.environment["remote_stats"]["a"]["requests"].get<int64_t>();
+    };
+    CHECK(requests(partial) > 0);
+    CHECK(requests(done) == requests(partial) + sent_after);
   }
+}
+
+TEST_CASE("--resume of a finished, signed run: nothing to resume, nothing written, the signature still holds") {
+  auto dir = test::scratch_dir("resume-finished");
+  const fs::path out = dir / "out", key = dir / "signer";
+  REQUIRE(run(dir, "keygen --out '" + key.string() + "'").code == 0);
+  auto first = run(dir, "run --quiet -n 1 --batch-sizes 1 --modes batch-invariant --max-tokens 4 "
+                        "--prompt 'Once upon a time' --sign-key '" + key.string() + "' --out '" + out.string() + "'");
+  CAPTURE(first.output);
+  REQUIRE(first.code == 0);
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(out)) before[e.path().filename().string()] = test::slurp(e.path());
+  REQUIRE(before.count("report.intoto.jsonl"));
+
+  auto again = run(dir, "run --quiet --resume '" + out.string() + "'");
+  CAPTURE(again.output);
+  CHECK(again.code == 0);
+  CHECK(again.output == "nothing to resume: the run in " + out.string() +
+                            " finished (report.json, verdict reproducible); nothing was written\n");
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::directory_iterator(out)) after[e.path().filename().string()] = test::slurp(e.path());
+  CHECK(after == before);
+  auto v = run(dir, "verify '" + out.string() + "' --pubkey '" + key.string() + ".pub'");
+  CAPTURE(v.output);
+  CHECK(v.code == 0);
+}
+
+namespace {
+// The digest `run` records for a list of plain prompts: SHA-256 of their canonical JSON, in plan order.
+std::string canonical_prompts_digest(const std::vector<std::pair<std::string, std::string>>& ps) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [id, text] : ps) a.push_back({{"id", id}, {"text", text}});
+  return sha256_hex(a.dump());
+}
+}  // namespace
+
+TEST_CASE("--resume compares prompts by their canonical digest: a colliding set and edited messages are refused; "
+          "a report with the older digest form still resumes") {
+  auto dir = test::scratch_dir("resume-prompts-digest");
+  const std::string plan = " -n 1 --batch-sizes 1 --modes batch-invariant --max-tokens 3 --format json";
+  // "a<TAB>b" / "c" and "a" / "b<TAB>c" wrote the same "id\\ttext\\n" line.
+  std::ofstream(dir / "tab-in-id.jsonl") << R"({"id": "a\tb", "prompt": "c"})" << "\n";
+  std::ofstream(dir / "tab-in-text.jsonl") << R"({"id": "a", "prompt": "b\tc"})" << "\n";
+  const fs::path out = dir / "out";
+  auto first = run(dir, "run --quiet --prompts '" + (dir / "tab-in-id.jsonl").string() + "'" + plan + " --out '" +
+                            out.string() + "'");
+  CAPTURE(first.output);
+  REQUIRE(first.code == 0);
+  AuditReport r0 = load_report((out / "report.json").string());
+  CHECK(r0.environment["digests"]["prompts_sha256"] == canonical_prompts_digest({{"a\tb", "c"}}));
+  check_refused(run(dir, "run --quiet --resume '" + out.string() + "' --prompts '" +
+                             (dir / "tab-in-text.jsonl").string() + "'"),
+                "the prompts given (1, sha256 ");
+
+  // A chat prompt whose messages were edited in the checkpoint is not the run's prompt any more.
+  std::ofstream(dir / "chat.jsonl") << R"({"id": "c1", "messages": [{"role": "user", "content": "Once upon"}]})"
+                                    << "\n";
+  const fs::path chat = dir / "chat";
+  auto c = run(dir, "run --quiet --prompts '" + (dir / "chat.jsonl").string() + "'" + plan + " --out '" +
+                        chat.string() + "'");
+  CAPTURE(c.output);
+  REQUIRE(c.code == 0);
+  nlohmann::json j = nlohmann::json::parse(test::slurp(chat / "report.json"));
+  REQUIRE(j["plan"]["prompt_messages"]["c1"].is_array());
+  j["plan"]["prompt_messages"]["c1"][0]["role"] = "system";
+  j["summary"]["interrupted"] = true;
+  std::ofstream(chat / "report.json", std::ios::trunc) << j.dump();
+  check_refused(run(dir, "run --quiet --resume '" + chat.string() + "'"), "(the file was edited); start a new run");
+
+  // A report that recorded the older form ("id\\ttext\\n" per prompt) resumes, and records the new form.
+  nlohmann::json old = nlohmann::json::parse(test::slurp(out / "report.json"));
+  REQUIRE(old["completions"].size() >= 1);
+  const size_t all = old["completions"].size();
+  old["completions"].erase(old["completions"].size() - 1);
+  old["summary"]["interrupted"] = true;
+  old["summary"]["verdict"] = "interrupted";
+  old["environment"]["digests"]["prompts_sha256"] = sha256_hex("a\tb\tc\n");
+  std::ofstream(out / "report.json", std::ios::trunc) << old.dump(2);
+  auto resumed = run(dir, "run --quiet --resume '" + out.string() + "'");
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  AuditReport after = load_report((out / "report.json").string());
+  CHECK(after.completions.size() == all);
+  CHECK(after.environment["digests"]["prompts_sha256"] == canonical_prompts_digest({{"a\tb", "c"}}));
 }

@@ -180,19 +180,37 @@ PlanOptions plan_from_report(const AuditReport& r) {
   if (!ids || !ids->is_array()) throw lacks("prompt_ids");
   for (const auto& id : *ids) {
     if (!id.is_string()) throw lacks("prompt_ids");
-    auto it = r.prompts.find(id.get<std::string>());
-    if (it == r.prompts.end())
+    if (!r.prompts.count(id.get<std::string>()))
       throw UsageError("cannot resume: the report lacks the text of prompt '" + id.get<std::string>() +
                        "'; start a new run instead");
+  }
+  o.prompts = report_prompts(r);
+  return o;
+}
+
+std::vector<Prompt> report_prompts(const AuditReport& r) {
+  std::vector<std::string> ids;
+  const nlohmann::json* listed = r.plan.is_object() ? at_key(r.plan, "prompt_ids") : nullptr;
+  if (listed && listed->is_array()) {
+    for (const auto& id : *listed)
+      if (id.is_string()) ids.push_back(id.get<std::string>());
+  } else {
+    for (const auto& [id, text] : r.prompts) ids.push_back(id);
+  }
+  const nlohmann::json* pm = r.plan.is_object() ? at_key(r.plan, "prompt_messages") : nullptr;
+  std::vector<Prompt> out;
+  for (const auto& id : ids) {
+    auto it = r.prompts.find(id);
+    if (it == r.prompts.end()) continue;
+    // Chat prompts keep their messages, so a resumed run sends them as they were, not flattened.
     nlohmann::json messages;
-    if (const nlohmann::json* pm = at_key(j, "prompt_messages"); pm && pm->is_object() && pm->contains(it->first))
-      messages = pm->at(it->first);
-    Prompt p{it->first, it->second, messages, "", ""};
+    if (pm && pm->is_object() && pm->contains(id)) messages = pm->at(id);
+    Prompt p{id, it->second, messages, "", ""};
     for (const auto& pv : r.prompt_variants)
       if (pv.prompt_id == p.id) p.task = pv.task, p.variant = pv.variant;
-    o.prompts.push_back(std::move(p));
+    out.push_back(std::move(p));
   }
-  return o;
+  return out;
 }
 
 std::string json_schema_where(const PlanOptions& o) {

@@ -36,10 +36,22 @@ nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
   return eps;
 }
 
+std::string prompts_digest(const std::vector<Prompt>& prompts) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : prompts) {
+    nlohmann::json e = {{"id", p.id}, {"text", p.text}};
+    if (p.messages.is_array() && !p.messages.empty()) e["messages"] = p.messages;
+    if (!p.task.empty()) e["task"] = p.task;
+    if (!p.variant.empty()) e["variant"] = p.variant;
+    list.push_back(std::move(e));
+  }
+  // The compact canonical form of src/report/canonical.cpp: sorted keys, no whitespace, invalid
+  // UTF-8 replaced by U+FFFD, so the digest can be recomputed from the report's own JSON.
+  return sha256_hex(list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 nlohmann::json input_digests(const PlanOptions& plan, const Model* model) {
-  std::string prompts;
-  for (const auto& p : plan.prompts) prompts += p.id + "\t" + p.text + "\n";
-  nlohmann::json d = {{"prompts_sha256", sha256_hex(prompts)}, {"profile_sha256", plan.profile_digest}};
+  nlohmann::json d = {{"prompts_sha256", prompts_digest(plan.prompts)}, {"profile_sha256", plan.profile_digest}};
   if (model) d["model_sha256"] = model->file_sha256;
   return d;
 }
@@ -89,7 +101,12 @@ void record_provenance(AuditReport& report, const PlanOptions& plan, const Model
   report.prompt_variants.clear();
   for (const auto& p : plan.prompts)
     if (!p.task.empty()) report.prompt_variants.push_back({p.id, p.task, p.variant});
+  // A resumed remote run keeps the request statistics of its earlier segments (run_remote adds to them).
+  nlohmann::json earlier_stats;
+  if (report.environment.is_object() && report.environment.contains("remote_stats"))
+    earlier_stats = report.environment["remote_stats"];
   report.environment = environment_record(plan.threads);
+  if (!endpoints.empty() && earlier_stats.is_object()) report.environment["remote_stats"] = earlier_stats;
   if (model) {
     report.environment["model"] = model_identity(*model, model_path);
     std::vector<Mode> modes;

@@ -322,8 +322,19 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   std::shared_ptr<const JsonSchema> validator;
   if (!plan.json_schema.is_null())
     validator = std::make_shared<const JsonSchema>(json_schema_of(plan), json_schema_where(plan));
-  RemoteStats all;
+  // Request statistics per endpoint, over every segment of the run: a resumed report carries the
+  // earlier segments' (record_provenance keeps them), and this segment's requests are added.
   std::map<std::string, RemoteStats> per_endpoint;
+  if (report.environment.is_object() && report.environment.contains("remote_stats") &&
+      report.environment["remote_stats"].is_object())
+    for (const auto& ep : endpoints)
+      if (report.environment["remote_stats"].contains(ep.label))
+        per_endpoint[ep.label] = RemoteStats::from_json(report.environment["remote_stats"][ep.label]);
+  auto publish_stats = [&] {
+    nlohmann::json stats = nlohmann::json::object();
+    for (auto& [label, st] : per_endpoint) stats[label] = st.to_json();
+    report.environment["remote_stats"] = stats;
+  };
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
     for (const auto& dc : decodings)
       for (const auto& ep : endpoints) {
@@ -397,12 +408,11 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           keep(std::move(cs));
           per_endpoint[ep.label].merge(st);
           progress.tick(per_cell, true, ep.label + " concurrency " + std::to_string(conc), diverged.count(), secs);
+          publish_stats();  // a checkpoint carries the statistics of what it holds
           cp.maybe(report);
         }
       }
-  nlohmann::json stats = nlohmann::json::object();
-  for (auto& [label, st] : per_endpoint) stats[label] = st.to_json();
-  report.environment["remote_stats"] = stats;
+  publish_stats();
 }
 
 }  // namespace repro

@@ -1,7 +1,9 @@
 // `repro-audit canary --baseline DIR|report.json`: re-run a baseline's plan (same prompts, plan,
 // model or endpoints) and classify the result GREEN / YELLOW / RED for a scheduled job. Exit 0 GREEN,
 // 1 YELLOW, 2 RED (2 also for a usage error, with an `error:` line), 3 when the rerun cannot start,
-// 130 / 143 interrupted. See include/repro/audit/canary.hpp for the rules.
+// 130 / 143 interrupted. See include/repro/audit/canary.hpp for the rules. The baseline is untrusted
+// input: it is checked (digest, --pubkey envelope, finished) before anything is sent, and the API key
+// goes only to URLs given on the command line.
 #include <fmt/core.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "repro/cli/replay.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/compliance/verify.hpp"
 #include "repro/engine/device.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/remote/client.hpp"
@@ -25,7 +28,7 @@ namespace repro::cli {
 namespace {
 
 struct CanaryOptions {
-  std::string baseline, out = "canary-report";
+  std::string baseline, out = "canary-report", pubkey;
   EngineFlags engine;
   std::vector<std::string> endpoints;  // LABEL=URL overrides of the recorded URLs
   std::string api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert, extra_body;
@@ -40,16 +43,65 @@ std::string baseline_file(const std::string& arg) {
   namespace fs = std::filesystem;
   if (fs::is_directory(arg)) {
     fs::path p = fs::path(arg) / "report.json";
-    if (!fs::exists(p))
+    if (!fs::exists(p)) {
+      if (fs::exists(fs::path(arg) / "checkpoint.json"))
+        throw UsageError("--baseline '" + arg + "': baseline incomplete: the run was interrupted before it wrote "
+                         "report.json; finish it with `repro-audit run --resume " + arg + "`, then compare against it");
       throw UsageError("--baseline '" + arg + "': no report.json in that directory; give the --out directory of a "
                        "finished run or its report.json");
+    }
     return p.string();
   }
   return arg;
 }
 
+// A baseline decides where requests go and what counts as GREEN, so it is checked before anything
+// runs: its own digest (an edited file is refused), its envelope with --pubkey, and that its run
+// finished. Returns the baseline as read.
+AuditReport trusted_baseline(const CanaryOptions& o, const std::string& file) {
+  namespace fs = std::filesystem;
+  const std::string text = read_file(file, "--baseline report");
+  AuditReport baseline = from_json(text, file);
+  std::string stored;
+  if (!verify_report_digest(text, &stored))
+    throw UsageError("--baseline '" + file + "': " +
+                     (stored.empty() ? std::string("it has no recorded digest (digests.report_sha256)")
+                                     : "its content does not match its recorded digest (digests.report_sha256)") +
+                     ": it was edited after it was written; use the baseline as it was written, or record a new one "
+                     "with `repro-audit run`");
+  if (!o.pubkey.empty()) {
+    const compliance::PublicKey key = compliance::load_public_key(o.pubkey);
+    const compliance::Verification v = compliance::verify_report(compliance::locate_report(file), &key);
+    if (!v.valid())
+      throw UsageError("--baseline '" + file + "' does not verify with --pubkey " + o.pubkey + ": " + v.problems.front() +
+                       (v.problems.size() > 1 ? " (and " + std::to_string(v.problems.size() - 1) + " more; see "
+                                                "`repro-audit verify`)" : std::string()));
+  }
+  if (baseline.summary.interrupted || baseline.summary.verdict == "interrupted") {
+    std::string dir = fs::path(file).parent_path().string();
+    if (dir.empty()) dir = ".";
+    throw UsageError("--baseline '" + file + "': baseline incomplete: that run was interrupted; finish it with "
+                     "`repro-audit run --resume " + dir + "`, then compare against it");
+  }
+  return baseline;
+}
+
+// --out must not be the baseline's directory: the rerun writes report.json there.
+void check_out_dir(const CanaryOptions& o, const std::string& file) {
+  namespace fs = std::filesystem;
+  if (o.out == "-") return;
+  std::error_code ec1, ec2;
+  const fs::path out = fs::weakly_canonical(fs::absolute(o.out), ec1);
+  const fs::path golden = fs::weakly_canonical(fs::absolute(file).parent_path(), ec2);
+  if (!ec1 && !ec2 && out == golden)
+    throw UsageError("--out '" + o.out + "' is the baseline's directory: the rerun would overwrite the golden "
+                     "report; choose another --out");
+}
+
 // The baseline's endpoints, rebuilt from its environment record; --endpoint LABEL=URL replaces the URL
-// of that label (needed when the recorded URL had redacted credentials).
+// of that label (needed when the recorded URL had redacted credentials). The API key goes only to
+// URLs given with --endpoint: a URL the baseline records is data from a file, and anyone who can edit
+// that file could point it at a server of their choosing.
 std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohmann::json& record) {
   std::map<std::string, std::string> url_of;
   for (const auto& arg : o.endpoints) {
@@ -64,17 +116,22 @@ std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohm
       throw UsageError("--baseline: environment.endpoints has an entry without label and url; the report is damaged");
     EndpointSpec e;
     e.label = r.value("label", "");
-    e.url = url_of.count(e.label) ? url_of[e.label] : r.value("url", "");
-    url_of.erase(e.label);
-    if (e.url.find("[REDACTED]") != std::string::npos)
-      throw UsageError("--baseline: the URL of endpoint '" + e.label + "' was recorded with credentials redacted; give "
-                       "it again with --endpoint '" + e.label + "=URL'");
     e.api_model = r.value("api_model", "");
     e.api = r.value("api", "chat");
     e.provider = parse_provider(r.value("provider", "openai"));
     e.stream = r.value("stream", false);
     e.extra_body = extra;
-    e.api_key = key;
+    const bool given = url_of.count(e.label) > 0;
+    e.url = given ? url_of[e.label] : r.value("url", "");
+    url_of.erase(e.label);
+    if (e.url.find("[REDACTED]") != std::string::npos)
+      throw UsageError("--baseline: the URL of endpoint '" + e.label + "' was recorded with credentials redacted; give "
+                       "it again with --endpoint '" + e.label + "=URL'");
+    if (given)
+      e.api_key = key;
+    else if (!key.empty())
+      std::fprintf(stderr, "note: endpoint '%s' uses the URL recorded in the baseline, which never receives the API "
+                   "key; give --endpoint '%s=URL' to send it\n", e.label.c_str(), e.label.c_str());
     e.ca_cert = o.ca_cert;
     e.max_retries = o.max_retries;
     e.read_timeout_s = o.timeout;
@@ -90,7 +147,8 @@ std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohm
 int run_canary(const CanaryOptions& o) {
   namespace fs = std::filesystem;
   const std::string file = baseline_file(o.baseline);
-  const AuditReport baseline = from_json(read_file(file, "--baseline report"), file);  // its digest is checked by the replay
+  const AuditReport baseline = trusted_baseline(o, file);
+  check_out_dir(o, file);
   PlanOptions plan = plan_from_report(baseline);
   if (o.given("--threads")) {
     if (!o.quiet && plan.threads != o.engine.thread_count())
@@ -171,14 +229,19 @@ void setup_canary(CLI::App& parent, Runner& runner) {
                 "drift) or RED (token/answer drift, model changed); exit 0/1/2");
   o->app = s;
   s->add_option("--baseline", o->baseline, "The baseline: a run's --out directory or its report.json")->required();
-  s->add_option("--out", o->out, "Report directory of the rerun ('-' = stdout); canary.json is written there too")
+  s->add_option("--out", o->out, "Report directory of the rerun ('-' = stdout), not the baseline's; canary.json is "
+                                  "written there too")
       ->capture_default_str();
+  s->add_option("--pubkey", o->pubkey,
+                "Trusted public key (PREFIX.pub): the baseline must carry a valid envelope signed with it "
+                "(report.intoto.jsonl beside its report.json), checked as `verify` does");
   EngineFlagSpec spec;
   spec.mode = false;
   spec.chat_template = true;
   spec.model_help = "Model file instead of the baseline's recorded path (local baselines)";
   add_engine_flags(*s, o->engine, spec);
-  s->add_option("--endpoint", o->endpoints, "LABEL=URL: the URL of the baseline's endpoint LABEL (repeatable)");
+  s->add_option("--endpoint", o->endpoints,
+                "LABEL=URL: the URL of the baseline's endpoint LABEL (repeatable); only these URLs receive the API key");
   s->add_option("--api-key-env", o->api_key_env, "Environment variable holding the API key")->capture_default_str();
   s->add_option("--api-key-file", o->api_key_file, "File holding the API key (instead of the environment)");
   s->add_option("--ca-cert", o->ca_cert, "PEM bundle to verify the endpoints' TLS certificates");

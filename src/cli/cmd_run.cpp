@@ -24,6 +24,7 @@
 #include "repro/compliance/sign.hpp"
 #include "repro/cli/flags.hpp"
 #include "repro/cli/replay.hpp"
+#include "repro/common/chat.hpp"
 #include "repro/model/synth.hpp"
 
 namespace repro::cli {
@@ -149,6 +150,13 @@ std::string endpoint_text(const nlohmann::json& e) {
   return e.value("label", std::string()) + "=" + e.value("url", std::string());
 }
 
+// The prompts digest of reports written before it covered messages: "id\ttext\n" per prompt.
+std::string older_prompts_form(const std::vector<Prompt>& prompts) {
+  std::string s;
+  for (const auto& p : prompts) s += p.id + "\t" + p.text + "\n";
+  return s;
+}
+
 // Flags that would change the plan of the run being resumed: refused unless they repeat its values.
 void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const AuditReport& report) {
   const std::string where = "--resume " + o.resume + ": ";
@@ -178,21 +186,33 @@ void check_resume_flags(const RunOptions& o, const PlanOptions& plan, const Audi
                        " but the run used '" + plan.profile + "' with sha256 " +
                        short_hex(plan.profile_digest) + fix);
   }
-  const std::string recorded_prompts = recorded_string(report.environment, "digests", "prompts_sha256");
-  if (o.given("--prompts") || o.given("--prompt")) {
-    PlanOptions given;
-    given.prompts = prompts_from_flags(o);
-    std::string d = input_digests(given, nullptr).value("prompts_sha256", "");
-    if (d != recorded_prompts)
-      throw UsageError(where + "the prompts given (" + std::to_string(given.prompts.size()) + ", sha256 " +
-                       short_hex(d) + ") are not the run's (" + std::to_string(plan.prompts.size()) +
-                       ", sha256 " + short_hex(recorded_prompts) + ")" + fix);
-  }
   // The prompts restored from the checkpoint are the ones the run recorded (a hand-edited file is not).
-  std::string restored = input_digests(plan, nullptr).value("prompts_sha256", "");
-  if (!recorded_prompts.empty() && restored != recorded_prompts)
+  // Reports written before the digest covered messages recorded the older form, "id\ttext\n" per
+  // prompt in plan order: such a run still resumes when its restored prompts give that digest (the
+  // report it then writes records the canonical form).
+  const std::string recorded_prompts = recorded_string(report.environment, "digests", "prompts_sha256");
+  const std::string restored = prompts_digest(plan.prompts);
+  if (!recorded_prompts.empty() && restored != recorded_prompts &&
+      sha256_hex(older_prompts_form(plan.prompts)) != recorded_prompts)
     throw UsageError(where + "its prompts have sha256 " + short_hex(restored) + " but the run recorded " +
                      short_hex(recorded_prompts) + " (the file was edited); start a new run");
+  // Prompts given again must be the run's: compared in the canonical form, with the restored ones.
+  if (o.given("--prompts") || o.given("--prompt")) {
+    const std::vector<Prompt> given = prompts_from_flags(o);
+    const std::string d = prompts_digest(given);
+    if (d != restored)
+      throw UsageError(where + "the prompts given (" + std::to_string(given.size()) + ", sha256 " + short_hex(d) +
+                       ") are not the run's (" + std::to_string(plan.prompts.size()) + ", sha256 " +
+                       short_hex(restored) + ")" + fix);
+  }
+  // The chat template renders `messages` prompts: another one would make the segments differ.
+  if (o.given("--chat-template") && report.environment.is_object() && report.environment.contains("model")) {
+    const std::string had = recorded_string(report.environment, "model", "chat_template");
+    const std::string now = chat_template_from_option(o.engine.chat_template).name;
+    if (now != had)
+      throw UsageError(where + "--chat-template gives " + now + " but the run used " +
+                       (had.empty() ? std::string("(none)") : had) + " (environment.model.chat_template)" + fix);
+  }
   // Local run or remote run: the same kind, on the same target.
   const bool was_remote = report.environment.is_object() && report.environment.contains("endpoints");
   const bool was_local = report.environment.is_object() && report.environment.contains("model");
@@ -234,6 +254,8 @@ int run_run(const RunOptions& o) {
   namespace fs = std::filesystem;
   AuditReport report;
   PlanOptions plan;
+  bool finished = false;  // --resume of a run that finished
+  std::string finished_verdict;
   std::string out_dir = o.out;
   std::string model_path = o.engine.model();
   Device device = o.engine.device_value();
@@ -246,6 +268,9 @@ int run_run(const RunOptions& o) {
     if (!fs::exists(src))
       throw UsageError("--resume '" + o.resume + "': no checkpoint.json or report.json there; give the --out directory of the run");
     report = load_report(src.string());
+    // A report.json without a checkpoint beside it, from a run that was not interrupted: finished.
+    finished = src == rj && !report.summary.interrupted && report.summary.verdict != "interrupted";
+    finished_verdict = report.summary.verdict;
     plan = plan_from_report(report);
     check_resume_flags(o, plan, report);
     if (report.environment.contains("model") && !o.given("--model"))
@@ -352,6 +377,13 @@ int run_run(const RunOptions& o) {
                                              : "the gate of profile '" + plan.profile +
                                                    "' (thresholds.modes; override with --gate-modes)");
   }
+  // A finished run has nothing left to run; writing it again would change its files (and break the
+  // signature of a signed one). Checked last, so a resumed run's flags are still checked.
+  if (finished) {
+    std::fprintf(stderr, "nothing to resume: the run in %s finished (report.json, verdict %s); nothing was written\n",
+                 o.resume.c_str(), finished_verdict.c_str());
+    return kExitOk;
+  }
   ReplayJob job;
   job.report = &report;
   job.plan = &plan;
@@ -398,8 +430,8 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_option("--out", o->out, "Report directory ('-' = stdout)")->capture_default_str();
   s->add_option(
       "--resume", o->resume,
-      "Continue the interrupted run whose --out directory this is (same model, prompts, endpoints and "
-      "plan; flags that would change them are refused)");
+      "Continue the interrupted run whose --out directory this is (same model, prompts, endpoints, chat "
+      "template and plan; flags that would change them are refused; a finished run is left as it is)");
   s->add_option("--baseline", o->baseline, "Golden report.json: verdict DRIFT (exit 1) when this run drifts from it");
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");

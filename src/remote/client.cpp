@@ -180,6 +180,41 @@ nlohmann::json RemoteStats::to_json() const {
           {"rss_peak_in_flight_kb", rss_peak_in_flight_kb}};
 }
 
+RemoteStats RemoteStats::from_json(const nlohmann::json& j) {
+  RemoteStats s;
+  if (!j.is_object()) return s;
+  auto num = [&](const char* k) -> int64_t {
+    auto it = j.find(k);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  auto real = [&](const char* k) -> double {
+    auto it = j.find(k);
+    return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  auto counts = [&](const char* k, std::map<std::string, int64_t>& m) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_object()) return;
+    for (auto e = it->begin(); e != it->end(); ++e)
+      if (e->is_number_integer()) m[e.key()] = e->get<int64_t>();
+  };
+  s.requests = num("requests");
+  s.attempts = num("attempts");
+  s.retries = num("retries");
+  s.succeeded = num("succeeded");
+  s.failed = num("failed");
+  s.aborted = num("aborted");
+  s.probe_failed = num("probe_failed");
+  s.filler_failed = num("filler_failed");
+  counts("attempt_errors", s.attempt_errors);
+  counts("final_errors", s.final_errors);
+  s.max_in_flight = static_cast<int>(num("max_in_flight"));
+  s.wall_s = real("wall_s");
+  s.client_cpu_s = real("client_cpu_s");
+  s.rss_start_kb = static_cast<long>(num("rss_start_kb"));
+  s.rss_peak_in_flight_kb = static_cast<long>(num("rss_peak_in_flight_kb"));
+  return s;
+}
+
 // ---------------------------------------------------------------- engine
 
 struct Job {

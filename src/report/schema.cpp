@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "repro/common/error.hpp"
+#include "repro/audit/plan.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/common/util.hpp"
 #include "repro/report/canonical.hpp"
 
@@ -690,7 +692,8 @@ void to_json(json& j, const AuditReport& v) {
   j = enc(v);
   j["schema"] = kReportSchema;
   json digests = json::object();
-  digests["prompts_sha256"] = sha256_hex(canonical_json_compact(json(v.prompts)));
+  // The one prompts digest (repro/audit/provenance.hpp), over the prompts this report holds.
+  digests["prompts_sha256"] = prompts_digest(report_prompts(v));
   copy_digest(v.environment, digests, "model_sha256", "model_sha256", "model");
   copy_digest(v.environment, digests, "profile_sha256", "profile_sha256", "profile");
   j["digests"] = std::move(digests);

@@ -301,7 +301,9 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
   };
   cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
   cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
-  cmp("prompts digest", at(a.environment, "digests", "prompts_sha256"), at(b.environment, "digests", "prompts_sha256"));
+  // Prompts: the one digest, recomputed from each report's own prompts, so a report that recorded an
+  // earlier form of the digest compares by its prompts, not by how it hashed them.
+  cmp("prompts digest", prompts_digest(report_prompts(a)), prompts_digest(report_prompts(b)));
   cmp("endpoints", at(a.environment, "endpoints"), at(b.environment, "endpoints"));
   std::set<std::string> keys;
   for (const auto* p : {&a.plan, &b.plan})

@@ -75,6 +75,10 @@ nlohmann::json plan_to_json(const PlanOptions& o);
 // the same checks as a profile; the prompts' texts from report.prompts. UsageError when a key is
 // missing or invalid.
 PlanOptions plan_from_report(const AuditReport& report);
+// The prompts a report holds, in plan order (plan.prompt_ids; without them, the ids of `prompts` in
+// order): each with its text, its chat messages (plan.prompt_messages) and its task and variant
+// (prompt_variants). An id without a text is left out; plan_from_report refuses such a report.
+std::vector<Prompt> report_prompts(const AuditReport& report);
 // Every option's valid range (error names the flag), prompts present, and what the local engine
 // can hold (context_length: -1 when unknown, i.e. remote).
 void validate_plan(const PlanOptions& o, int context_length);

@@ -18,8 +18,13 @@ nlohmann::json model_identity(const Model& model, const std::string& model_path)
 // The endpoints as configured: label, URL (credentials redacted), API model, API, provider, stream,
 // and the SHA-256 of the extra body when there is one (extra_body_sha256). Never the API key.
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints);
-// Digests of the inputs: prompts_sha256 (SHA-256 of "id\ttext\n" per prompt, in plan order),
-// profile_sha256 (of the profile file's bytes) and, for a local model, model_sha256.
+// The prompts digest: SHA-256 of the compact canonical JSON (sorted keys, no whitespace) of the
+// prompts in plan order, each {"id", "text"} with "messages" for a chat prompt and "task" and
+// "variant" for a variant of a task. environment.digests.prompts_sha256 and the report's own
+// digests.prompts_sha256 are both this value.
+std::string prompts_digest(const std::vector<Prompt>& prompts);
+// Digests of the inputs: prompts_sha256 (prompts_digest), profile_sha256 (of the profile file's
+// bytes) and, for a local model, model_sha256.
 nlohmann::json input_digests(const PlanOptions& plan, const Model* model);
 
 // What the local engine ran on (the resolved engine configuration).
@@ -32,7 +37,8 @@ struct EngineSetup {
 // prompts' texts, and the
 // environment record (tool, OS, CPU, ...) with the model identity and engine (local: `model` given)
 // or the endpoints (remote), the profile and the input digests. Completions are left as they are
-// (a resumed report keeps its finished ones).
+// (a resumed report keeps its finished ones), and so are a resumed remote report's request
+// statistics (environment.remote_stats), to which the resumed segment adds its own.
 void record_provenance(AuditReport& report, const PlanOptions& plan, const Model* model, const std::string& model_path,
                        const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints);
 

@@ -50,6 +50,8 @@ struct RemoteStats {
   long rss_start_kb = 0, rss_peak_in_flight_kb = 0;  // process RSS before the loop / at max in flight
   void merge(const RemoteStats& o);
   nlohmann::json to_json() const;
+  // The inverse of to_json(); fields that are absent or of another type read as zero.
+  static RemoteStats from_json(const nlohmann::json& j);
 };
 
 // One logical request's outcome (after retries).
