@@ -119,27 +119,34 @@ std::string str_at(const json& j, const char* a, const char* b = nullptr) {
   return p->is_string() ? p->get<std::string>() : std::string();
 }
 
+// The fields of an entry, listed once: the row hash commits to exactly these (plus the sequence
+// number, the envelope's and the files' digests), and export writes them, so a field added here is
+// both hashed and exported.
+json entry_fields(const ArchiveEntry& e) {
+  return {{"added_at", e.added_at},
+          {"report_created", e.report_created},
+          {"report_sha256", e.report_sha256},
+          {"verdict", e.verdict},
+          {"result", e.result},
+          {"model_sha256", e.model_sha256},
+          {"profile", e.profile},
+          {"endpoints", e.endpoints},
+          {"who", e.who},
+          {"where", e.where},
+          {"retain_until", e.retain_until},
+          {"key_id", e.key_id},
+          {"signature_checked", e.signature_checked},
+          {"prev_hash", e.prev_hash}};
+}
+
 // What the row hash commits to: every field, the envelope's and files' digests, the previous hash.
 std::string row_hash(const ArchiveEntry& e, const std::string& envelope) {
   json files = json::object();
   for (const auto& f : e.files) files[f.name] = f.sha256;
-  json j = {{"seq", e.seq},
-            {"added_at", e.added_at},
-            {"report_created", e.report_created},
-            {"report_sha256", e.report_sha256},
-            {"verdict", e.verdict},
-            {"result", e.result},
-            {"model_sha256", e.model_sha256},
-            {"profile", e.profile},
-            {"endpoints", e.endpoints},
-            {"who", e.who},
-            {"where", e.where},
-            {"retain_until", e.retain_until},
-            {"key_id", e.key_id},
-            {"signature_checked", e.signature_checked},
-            {"envelope_sha256", sha256_hex(envelope)},
-            {"files", files},
-            {"prev_hash", e.prev_hash}};
+  json j = entry_fields(e);
+  j["seq"] = e.seq;
+  j["envelope_sha256"] = sha256_hex(envelope);
+  j["files"] = files;
   return sha256_hex(canonical_json_compact(j));
 }
 
@@ -456,23 +463,11 @@ ArchiveCheck Archive::verify(const PublicKey* trusted) {
 json entry_json(const ArchiveEntry& e) {
   json files = json::array();
   for (const auto& f : e.files) files.push_back({{"name", f.name}, {"sha256", f.sha256}});
-  return {{"entry", e.seq},
-          {"added_at", e.added_at},
-          {"report_created", e.report_created},
-          {"report_sha256", e.report_sha256},
-          {"verdict", e.verdict},
-          {"result", e.result},
-          {"model_sha256", e.model_sha256},
-          {"profile", e.profile},
-          {"endpoints", e.endpoints},
-          {"who", e.who},
-          {"where", e.where},
-          {"retain_until", e.retain_until},
-          {"key_id", e.key_id},
-          {"signature_checked", e.signature_checked},
-          {"files", files},
-          {"prev_hash", e.prev_hash},
-          {"row_hash", e.row_hash}};
+  json j = entry_fields(e);
+  j["entry"] = e.seq;
+  j["files"] = files;
+  j["row_hash"] = e.row_hash;
+  return j;
 }
 
 std::string entry_text(const ArchiveEntry& e) {
