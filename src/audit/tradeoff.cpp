@@ -194,9 +194,4 @@ void compute_tradeoff(AuditReport& r) {
   }
 }
 
-std::string tradeoff_speed_text(const TradeoffRow& row) {
-  if (!row.measured || !row.speed_mean) return "not measured";
-  return fmt::format("{:.2f}x ±{:.2f}", *row.speed_mean, row.speed_sd.value_or(0));
-}
-
 }  // namespace repro

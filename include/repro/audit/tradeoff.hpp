@@ -18,7 +18,4 @@ const std::vector<std::string>& tradeoff_approaches();
 // and a note that says how to include it.
 void compute_tradeoff(AuditReport& r);
 
-// "0.42x ±0.05" or "not measured" (the speed cell of the writers).
-std::string tradeoff_speed_text(const TradeoffRow& row);
-
 }  // namespace repro
