@@ -178,9 +178,11 @@ SchemaNode plain_node(NodeKind k) {
   set_begins(x);
   return x;
 }
-SchemaNode literal_node(std::vector<std::string> texts) {
+SchemaNode literal_node(std::vector<nlohmann::json> values) {
   SchemaNode x;
-  for (const auto& t : texts) x.values.push_back(nlohmann::json::parse(t));  // constant texts of this file
+  std::vector<std::string> texts;
+  for (const auto& v : values) texts.push_back(v.dump());
+  x.values = std::move(values);
   set_literals(x, std::move(texts));
   return x;
 }
@@ -190,11 +192,11 @@ const SchemaNode* any_node() {
   return &n;
 }
 const SchemaNode* bool_node() {
-  static const SchemaNode n = literal_node({"true", "false"});
+  static const SchemaNode n = literal_node({true, false});
   return &n;
 }
 const SchemaNode* null_node() {
-  static const SchemaNode n = literal_node({"null"});
+  static const SchemaNode n = literal_node({nullptr});
   return &n;
 }
 
