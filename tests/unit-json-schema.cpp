@@ -451,3 +451,17 @@ TEST_CASE("hostile schemas: serve answers 400 and generate exits 2, naming the l
   CHECK(r.output.find("error: --json-schema '" + path + "': the shortest document this schema admits is longer than 65536") !=
         std::string::npos);
 }
+
+TEST_CASE("json schema: every file of fuzz/corpus/json_schema replays through the fuzz entry without a trap") {
+  std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "json_schema";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string bytes = read_file(e.path().string());
+    CAPTURE(e.path().string());
+    CHECK(json_schema_fuzz_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
+    ++n;
+  }
+  MESSAGE("replayed ", n, " corpus files");
+  CHECK(n >= 10);
+}

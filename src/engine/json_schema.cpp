@@ -1022,4 +1022,71 @@ nlohmann::json read_json_schema_file(const std::string& path, const std::string&
   return schema_of(v);
 }
 
+// ============================================================================ fuzz entry
+
+namespace {
+
+// A vocabulary of given pieces (token 0 is the end of sequence, never in the trie).
+class PieceTokenizer final : public Tokenizer {
+ public:
+  explicit PieceTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
+  std::vector<int> encode(std::string_view, bool) const override { return {}; }
+  std::string piece(int id) const override { return pieces_[static_cast<size_t>(id)]; }
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  int bos() const override { return -1; }
+  int eos() const override { return 0; }
+  std::string kind() const override { return "fuzz"; }
+
+ private:
+  std::vector<std::string> pieces_;
+};
+
+}  // namespace
+
+int json_schema_fuzz_one_input(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const size_t nul = in.find('\0');
+  const std::string_view schema_text = in.substr(0, nul);
+  const std::string_view doc = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1, 1024);
+  nlohmann::json v;
+  if (!parse_json(schema_text, v)) return 0;
+  std::unique_ptr<JsonSchema> js;
+  try {
+    js = std::make_unique<JsonSchema>(schema_of(v), "fuzz");
+  } catch (const UsageError&) {
+    return 0;
+  }
+  std::vector<std::string> pieces = {""};
+  for (int c = 1; c < 256; ++c) pieces.emplace_back(1, static_cast<char>(c));
+  pieces.emplace_back(1, '\0');
+  for (const char* p : {"{\"", "\":", "\",\"", "\"}", "[\"", "\"]", "true", "false", "null", "\\u",
+                        "\\uD83D\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xED\xA0\x80", "\xC0\x80",
+                        "12", "-0.5e+3", "1e99", " \"", "\n}", "],"})
+    pieces.emplace_back(p);
+  for (size_t i = 0; i + 1 < doc.size() && i < 256; i += 3) pieces.emplace_back(doc.substr(i, 2 + i % 7));
+  PieceTokenizer tok(pieces);
+  TokenTrie trie(tok);
+  std::vector<char> allowed;
+  JsonState s = js->start();
+  std::string kept;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    if (i < 16 || i % 64 == 0) {  // the mask agrees with feeding each token on its own
+      const int n = trie.allowed(*js, s, allowed);
+      int count = 0;
+      for (int id = 1; id < tok.vocab_size(); ++id) {
+        JsonState t = s;
+        const bool ok = js->feed(t, pieces[static_cast<size_t>(id)]);
+        if (ok != static_cast<bool>(allowed[static_cast<size_t>(id)])) __builtin_trap();
+        count += ok;
+      }
+      if (count != n || allowed[0]) __builtin_trap();
+    }
+    if (i == doc.size()) break;
+    if (js->feed(s, static_cast<unsigned char>(doc[i]))) kept.push_back(doc[i]);
+  }
+  // what the automaton takes as a complete document conforms
+  if (js->complete(s) && !js->validate(kept)) __builtin_trap();
+  return 0;
+}
+
 }  // namespace repro

@@ -138,4 +138,12 @@ nlohmann::json read_json_schema_file(const std::string& path, const std::string&
 // The schema inside an OpenAI-style response_format value, or the value itself when it is a schema.
 nlohmann::json schema_of(const nlohmann::json& v);
 
+// The fuzz entry (fuzz/fuzz_json_schema.cpp; tests/unit-json-schema.cpp replays
+// fuzz/corpus/json_schema/ through it). Input: a schema's JSON text, a NUL byte, then document bytes.
+// The schema is compiled; the bytes are fed one by one (a byte the automaton refuses is skipped);
+// at the first 16 positions and every 64th after, the mask of a small vocabulary (every byte, JSON
+// fragments, pieces of the input) is checked token by token against feed. When the bytes kept make
+// a complete document, it must validate. Any disagreement traps. Returns 0.
+int json_schema_fuzz_one_input(const uint8_t* data, size_t size);
+
 }  // namespace repro
