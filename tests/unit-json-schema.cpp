@@ -5,14 +5,24 @@
 // unbounded string writes a story into it and runs out of tokens, which the schema-valid rate shows.
 // ctest-labels: unit
 #include <doctest/doctest.h>
+#include <fmt/core.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <type_traits>
 
 #include "repro/audit/batch_context.hpp"
 #include "repro/common/error.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/engine/json_schema.hpp"
+#include "repro/common/util.hpp"
 #include "repro/model/default_model.hpp"
+#include "repro/model/gguf.hpp"
+#include "repro/model/gguf_write.hpp"
+#include "repro/model/synth.hpp"
+#include "repro/serve/api.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
@@ -174,4 +184,284 @@ TEST_CASE("constrained decoding on stories260K: every output conforms, both mode
       }
     CHECK(n == 6);
   }
+}
+
+// ============================================================================ hostile schemas
+
+namespace {
+std::string schema_error(const json& schema) {
+  try {
+    JsonSchema js(schema, "--json-schema 'h.json'");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+TEST_CASE("json schema: a schema whose shortest document is huge is refused before anything is built, naming the limit") {
+  // 89 bytes asking for a document of 10^12 characters: refused at compile time, in no time
+  const json bomb = json::parse(R"({"type":"array","items":{"type":"string","minLength":1000000},"minItems":1000000})");
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(schema_error(bomb) ==
+        "--json-schema 'h.json': the shortest document this schema admits is longer than 65536 bytes at /items "
+        "(minItems, minLength and required properties multiply); lower them");
+  auto tok = make_tokenizer(synth_tokenizer(synth_min_vocab()));
+  CHECK_THROWS_WITH_AS(JsonConstraint(bomb, "'response_format'", *tok),
+                       doctest::Contains("'response_format': the shortest document this schema admits is longer than 65536"),
+                       UsageError);
+  // nested products: 300 x 300 one-character strings
+  CHECK(schema_error(json::parse(R"({"type":"array","minItems":300,"items":{"type":"array","minItems":300,
+        "items":{"type":"string","minLength":1}}})"))
+            .find("longer than 65536 bytes at / (") != std::string::npos);
+  // required properties multiply too
+  CHECK(schema_error(json::parse(R"({"type":"array","minItems":100000,"items":{"type":"object",
+        "properties":{"a":{"type":"integer"}},"required":["a"]}})"))
+            .find("longer than 65536 bytes at /") != std::string::npos);
+  // each bound on its own stays 0..1000000, even where it multiplies to nothing
+  CHECK(schema_error(json::parse(R"({"type":"array","minItems":2000000})")).find("'minItems' must be an integer from 0 to 1000000") !=
+        std::string::npos);
+  CHECK(schema_error(json::parse(R"({"type":"array","items":{"type":"string","minLength":1000000},"maxItems":1000000})")) ==
+        "--json-schema 'h.json': the shortest document this schema admits is longer than 65536 bytes at /items "
+        "(minItems, minLength and required properties multiply); lower them");
+  CHECK(seconds_since(t0) < 2.0);
+  // just under the limit compiles, and the constraint checks it can be spelt
+  const json fine = json::parse(R"({"type":"array","minItems":1000,"items":{"type":"string","minLength":30}})");
+  CHECK(schema_error(fine).empty());
+  JsonConstraint ok(fine, "s", *tok);
+  CHECK(ok.schema.validate("[" + [] {
+    std::string s;
+    for (int i = 0; i < 1000; ++i) s += (i ? ",\"" : "\"") + std::string(30, 'x') + "\"";
+    return s;
+  }() + "]"));
+}
+
+TEST_CASE("json schema: nesting, subschema count and literal size are bounded when compiling, naming the limit") {
+  json deep = {{"type", "string"}};
+  for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+  CHECK(schema_error(deep).find("the schema nests deeper than 32 levels at /items/items") != std::string::npos);
+  json deep_any = {{"type", "string"}};
+  for (int i = 0; i < 40; ++i) deep_any = {{"anyOf", json::array({deep_any})}};
+  CHECK(schema_error(deep_any).find("the schema nests deeper than 32 levels at /anyOf/0/anyOf/0") != std::string::npos);
+  json wide = {{"anyOf", json::array()}};
+  for (int i = 0; i < 20000; ++i) wide["anyOf"].push_back({{"type", "string"}});
+  CHECK(schema_error(wide) == "--json-schema 'h.json': the schema has more than 10000 subschemas at /anyOf/10000; simplify it");
+  // a 1 MB enum of 100,000 strings, a 300 KB const: over the 262144 bytes all literals may take
+  json big_enum = json::array();
+  for (int i = 0; i < 100000; ++i) big_enum.push_back(fmt::format("value-{:04d}", i));
+  CHECK(schema_error({{"enum", big_enum}}) ==
+        "--json-schema 'h.json': enum and const values take more than 262144 bytes of JSON in all at /enum; give fewer "
+        "or shorter values");
+  CHECK(schema_error({{"const", std::string(300000, 'x')}}).find("more than 262144 bytes of JSON in all at /const") !=
+        std::string::npos);
+  json two = {{"type", "object"},
+              {"properties", {{"a", {{"enum", json::array({"a", std::string(140000, 'a')})}}},
+                              {"b", {{"enum", json::array({"b", std::string(140000, 'b')})}}}}}};
+  CHECK(schema_error(two).find("more than 262144 bytes of JSON in all at /properties/b/enum") != std::string::npos);
+}
+
+TEST_CASE("json schema: per-byte cost does not grow with the literal's length or the enum's size") {
+  // The automaton's state holds no copy of the literal read so far (a position in the schema's
+  // precomputed trie), so copying it per byte and per vocabulary branch is cheap.
+  CHECK(std::is_trivially_copyable_v<JsonState::Frame>);
+  // A 100,000-character enum value costs about what a 100,000-character string does, not its square.
+  const std::string long_value(100000, 'q');
+  JsonSchema lit({{"enum", json::array({"x", long_value})}}, "t");
+  JsonSchema str({{"type", "string"}}, "t");
+  const std::string doc = json(long_value).dump();
+  auto best_of = [](int n, const std::function<void()>& f) {
+    double best = 1e9;
+    for (int i = 0; i < n; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      f();
+      best = std::min(best, seconds_since(t0));
+    }
+    return best;
+  };
+  const double t_str = best_of(3, [&] { CHECK(complete_doc(str, doc)); });
+  const double t_lit = best_of(3, [&] { CHECK(complete_doc(lit, doc)); });
+  MESSAGE("100,000-byte string ", t_str * 1e3, " ms, enum value ", t_lit * 1e3, " ms");
+  CHECK(t_lit < 10 * t_str + 0.05);
+  // The mask of a 10,000-value enum costs about what a 2-value enum's does (before: every byte of
+  // every branch compared against every value, which stalled every sequence of the batch).
+  auto model = load_model(default_model_path());
+  TokenTrie trie(*model->tokenizer);
+  json values = json::array();
+  for (int i = 0; i < 10000; ++i) values.push_back(fmt::format("value-{:05d}", i));
+  JsonSchema big({{"enum", values}}, "t");
+  JsonSchema small({{"enum", json::array({"value-00000", "value-00001"})}}, "t");
+  std::vector<char> allowed;
+  auto mask_cost = [&](const JsonSchema& js) {
+    return best_of(5, [&] {
+      for (const char* prefix : {"", "\"", "\"value-0000"}) {
+        JsonState s = js.start();
+        REQUIRE(js.feed(s, std::string(prefix)));
+        CHECK(trie.allowed(js, s, allowed) > 0);
+      }
+    });
+  };
+  const double t_small = mask_cost(small), t_big = mask_cost(big);
+  MESSAGE("masks: 2-value enum ", t_small * 1e3, " ms, 10,000-value enum ", t_big * 1e3, " ms");
+  CHECK(t_big < 10 * t_small + 0.005);
+}
+
+TEST_CASE("json schema: strings accept only well-formed UTF-8 and well-formed \\u escapes") {
+  JsonSchema js({{"type", "string"}}, "t");
+  for (const char* ok : {"\"\xC3\xA9\"", "\"\xE2\x82\xAC\"", "\"\xF0\x9D\x84\x9E\"", "\"\xF4\x8F\xBF\xBF\"",
+                         "\"\xED\x9F\xBF\"", "\"\xEF\xBF\xBF\"", "\"\x7F\"", "\"\\uD83D\\uDE00\"", "\"\\u00e9\\u0000\""}) {
+    CAPTURE(ok);
+    CHECK(complete_doc(js, ok));
+    CHECK(js.validate(ok));
+  }
+  // (text, bytes accepted): the first byte that cannot continue well-formed UTF-8 is refused
+  const std::pair<const char*, size_t> bad[] = {
+      {"\"\xC0\x80\"", 1},          // overlong lead
+      {"\"\xC1\xBF\"", 1},          // overlong lead
+      {"\"\xE0\x80\x80\"", 2},      // overlong three-byte form
+      {"\"\xE0\x9F\xBF\"", 2},      // overlong three-byte form
+      {"\"\xED\xA0\x80\"", 2},      // a surrogate, U+D800
+      {"\"\xED\xBF\xBF\"", 2},      // a surrogate, U+DFFF
+      {"\"\xF0\x80\x80\x80\"", 2},  // overlong four-byte form
+      {"\"\xF4\x90\x80\x80\"", 2},  // over U+10FFFF
+      {"\"\xF5\x80\x80\x80\"", 1},  // no such lead
+      {"\"\xFF\"", 1},
+      {"\"\x80\"", 1},              // a continuation byte with no lead
+      {"\"\xC3\"", 2},              // truncated at the string's end
+      {"\"\xE2\x82\"", 3},
+      {"\"\xF0\x9D\x84\"", 4},
+      {"\"\xC3" "a\"", 2},          // truncated by an ASCII byte
+      {"\"\xE2\\n\"", 2},           // truncated by an escape
+      {"\"\\uDC00\"", 4},           // a lone low surrogate
+      {"\"\\uD83D\"", 7},           // a high surrogate not followed by a low one
+      {"\"\\uD83Dx\"", 7},
+      {"\"\\uD83D\\n\"", 8},
+      {"\"\\uD83D\\uD83D\"", 10},
+      {"\"\\uD83D\\u0041\"", 9},
+  };
+  for (const auto& [text, n] : bad) {
+    CAPTURE(printable(text));
+    CHECK(accepted(js, text) == n);
+    CHECK_FALSE(js.validate(text));
+  }
+  // a surrogate pair is one character; keys without declared names are checked too
+  JsonSchema one({{"type", "string"}, {"minLength", 1}, {"maxLength", 1}}, "t");
+  CHECK(complete_doc(one, "\"\\uD83D\\uDE00\""));
+  CHECK(one.validate("\"\\uD83D\\uDE00\""));
+  CHECK(complete_doc(one, "\"\xF0\x9D\x84\x9E\""));
+  CHECK(accepted(one, "\"ab\"") == 2);
+  JsonSchema obj(schema_of({{"type", "json_object"}}), "t");
+  CHECK(accepted(obj, "{\"\xED\xA0\x80\":1}") == 3);
+  // number exponents stay within double (1e999 is not JSON a reader accepts)
+  JsonSchema num({{"type", "number"}}, "t");
+  CHECK(complete_doc(num, "-999999999999999.999999999999999e99"));
+  CHECK(num.validate("-999999999999999.999999999999999e99"));
+  CHECK(accepted(num, "1e999") == 4);
+}
+
+TEST_CASE("constrained decoding on stories260K at T>0: every output that stops is schema-valid (byte tokens included)") {
+  auto dir = test::scratch_dir("json-schema-utf8");
+  setenv("REPRO_AUDIT_CACHE", (dir / "cache").c_str(), 1);
+  auto model = load_model(default_model_path());
+  auto constraint = std::make_shared<JsonConstraint>(json{{"type", "string"}, {"maxLength", 12}}, "test", *model->tokenizer);
+  Engine engine(*model, {Mode::Default, 1});
+  int stopped = 0, invalid = 0, with_bytes = 0;
+  for (int seed = 0; seed < 150; ++seed) {
+    GenRequest req;
+    req.prompt = model->tokenizer->encode("Once upon a time", true);
+    req.params.max_tokens = 48;
+    req.params.temperature = 1.5f;
+    req.params.seed = static_cast<uint64_t>(seed);
+    req.params.json_schema = constraint;
+    GenResult r = run_in_batch(engine, req, BatchContext{1, 0, 1}).probe;
+    if (r.finish_reason != "stop") continue;
+    ++stopped;
+    for (unsigned char c : r.text) with_bytes += c >= 0x80;
+    if (!constraint->schema.validate(r.text)) {
+      ++invalid;
+      CAPTURE(printable(r.text));
+      CHECK(constraint->schema.validate(r.text));
+    }
+  }
+  MESSAGE(stopped, " of 150 stopped, ", invalid, " invalid, ", with_bytes, " non-ASCII bytes");
+  CHECK(stopped > 50);
+  CHECK(invalid == 0);
+}
+
+TEST_CASE("json schema: a GGUF with a 100,000-byte token masks without deep recursion") {
+  // A synthetic model whose last token is 100,000 'a' bytes: inside an unbounded string every byte of
+  // it continues the document, so the mask walks the whole token.
+  SynthOptions o;
+  o.dim = 16, o.hidden_dim = 24, o.n_layers = 1, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = 340;
+  const std::string bytes = synth_model(o);
+  gguf::File f = gguf::parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth.gguf");
+  std::vector<std::string> tokens = synth_tokenizer(o.vocab_size).tokens;
+  const std::string long_token(100000, 'a');
+  tokens.back() = long_token;
+  gguf::Writer w;
+  for (const auto& [k, v] : f.kv)
+    w.add(k, k == "tokenizer.ggml.tokens" ? gguf::Value::string_array(tokens) : v);
+  for (const auto& t : f.tensors)
+    w.add_tensor(t.name, t.ne, t.type, std::string(reinterpret_cast<const char*>(f.data(t)), t.n_bytes));
+  auto dir = test::scratch_dir("json-schema-long-token");
+  const std::string path = (dir / "long-token.gguf").string();
+  write_file_atomic(path, w.serialize());
+  auto model = load_model(path);
+  const int id = o.vocab_size - 1;
+  REQUIRE(model->tokenizer->piece(id) == long_token);
+  JsonConstraint c(json{{"type", "string"}}, "t", *model->tokenizer);
+  JsonState s = c.schema.start();
+  REQUIRE(c.schema.feed(s, '"'));
+  std::vector<char> allowed;
+  CHECK(c.trie.allowed(c.schema, s, allowed) > 1);
+  CHECK(allowed[static_cast<size_t>(id)]);
+  // a string of at most 1000 characters prunes it at the 1001st byte
+  JsonConstraint short_strings(json{{"type", "string"}, {"maxLength", 1000}}, "t", *model->tokenizer);
+  s = short_strings.schema.start();
+  REQUIRE(short_strings.schema.feed(s, '"'));
+  CHECK(short_strings.trie.allowed(short_strings.schema, s, allowed) > 1);
+  CHECK_FALSE(allowed[static_cast<size_t>(id)]);
+}
+
+TEST_CASE("hostile schemas: serve answers 400 and generate exits 2, naming the limit") {
+  const json bomb = json::parse(R"({"type":"array","items":{"type":"string","minLength":1000000},"minItems":1000000})");
+  auto model = load_model(default_model_path());
+  serve::ApiContext cx;
+  cx.model = model.get();
+  cx.name = "m";
+  json body = {{"prompt", "Once"}, {"max_tokens", 8}};
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "b"}, {"schema", bomb}}}};
+  try {
+    serve::parse_request(cx, body, false);
+    FAIL("expected a 400");
+  } catch (const serve::ApiError& e) {
+    CHECK(e.status == 400);
+    CHECK(e.param == "response_format");
+    CHECK(std::string(e.what()) ==
+          "'response_format': the shortest document this schema admits is longer than 65536 bytes at /items "
+          "(minItems, minLength and required properties multiply); lower them");
+  }
+  auto dir = test::scratch_dir("json-schema-hostile-cli");
+  const std::string path = (dir / "bomb.json").string();
+  write_file_atomic(path, bomb.dump());
+  auto r = test::run_cli("generate --max-tokens 4 --json-schema '" + path + "'");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: --json-schema '" + path + "': the shortest document this schema admits is longer than 65536") !=
+        std::string::npos);
+}
+
+TEST_CASE("json schema: every file of fuzz/corpus/json_schema replays through the fuzz entry without a trap") {
+  std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "json_schema";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string bytes = read_file(e.path().string());
+    CAPTURE(e.path().string());
+    CHECK(json_schema_fuzz_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
+    ++n;
+  }
+  MESSAGE("replayed ", n, " corpus files");
+  CHECK(n >= 10);
 }

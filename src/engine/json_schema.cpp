@@ -4,22 +4,102 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
+#include <string_view>
 
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 
 namespace repro {
 
+namespace {
+
+// A set of byte strings as a trie whose edges lie in one array, the children of a node sorted by
+// byte: a position in it is one int, a step a binary search over at most 256 edges.
+struct ByteTrie {
+  std::vector<uint32_t> first = {0, 0};  // node i's edges: [first[i], first[i + 1])
+  std::vector<unsigned char> label;      // edge byte
+  std::vector<uint32_t> to;              // edge target
+  std::vector<int> word = {-1};          // node i spells words[word[i]] (the first such), or -1
+  std::vector<uint64_t> below;           // with_below: bit (index % 64) of each word at or below node i
+
+  void build(const std::vector<std::string>& words, bool with_below) {
+    std::vector<std::vector<std::pair<unsigned char, uint32_t>>> next(1);
+    word.assign(1, -1);
+    for (size_t w = 0; w < words.size(); ++w) {
+      uint32_t at = 0;
+      for (char ch : words[w]) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        uint32_t child = 0;
+        for (const auto& [b, t] : next[at])
+          if (b == c) child = t;
+        if (child == 0) {
+          child = static_cast<uint32_t>(next.size());
+          next[at].emplace_back(c, child);
+          next.emplace_back();
+          word.push_back(-1);
+        }
+        at = child;
+      }
+      if (word[at] < 0) word[at] = static_cast<int>(w);
+    }
+    const size_t n = next.size();
+    first.assign(n + 1, 0);
+    label.clear();
+    to.clear();
+    for (size_t i = 0; i < n; ++i) {
+      std::sort(next[i].begin(), next[i].end());
+      first[i] = static_cast<uint32_t>(label.size());
+      for (const auto& [b, t] : next[i]) {
+        label.push_back(b);
+        to.push_back(t);
+      }
+    }
+    first[n] = static_cast<uint32_t>(label.size());
+    if (with_below) {
+      below.assign(n, 0);
+      // children are numbered after their parents, so one backward pass folds every subtree
+      for (size_t i = n; i-- > 0;) {
+        if (word[i] >= 0) below[i] |= uint64_t{1} << (word[i] % 64);
+        for (uint32_t e = first[i]; e < first[i + 1]; ++e) below[i] |= below[to[e]];
+      }
+    }
+  }
+  // The child of `node` by byte c, or -1.
+  int step(int node, unsigned char c) const {
+    const auto b = label.begin() + first[static_cast<size_t>(node)];
+    const auto e = label.begin() + first[static_cast<size_t>(node) + 1];
+    const auto it = std::lower_bound(b, e, c);
+    if (it == e || *it != c) return -1;
+    return static_cast<int>(to[static_cast<size_t>(it - label.begin())]);
+  }
+  bool leaf(int node) const { return first[static_cast<size_t>(node)] == first[static_cast<size_t>(node) + 1]; }
+  bool is_word(int node) const { return word[static_cast<size_t>(node)] >= 0; }
+};
+
+// The bytes a value can begin with.
+struct ByteSet {
+  std::array<uint64_t, 4> bits{};
+  void add(unsigned char c) { bits[c >> 6] |= uint64_t{1} << (c & 63); }
+  bool has(unsigned char c) const { return bits[c >> 6] >> (c & 63) & 1; }
+};
+
+}  // namespace
+
 enum class NodeKind { Any, Object, Array, String, Number, Integer, Literal, AnyOf };
 
 struct SchemaNode {
   NodeKind kind = NodeKind::Any;
+  ByteSet begins;                         // bytes a value of this node can begin with
+  size_t min_bytes = 1;                   // length of its shortest document (at most the limit + 1)
   // object
   std::vector<std::string> names;         // declared properties (JSON-escaped, without quotes)
   std::vector<const SchemaNode*> props;
+  ByteTrie keys;                          // the names, with the properties below each position
   uint64_t required = 0;                  // bit per declared property
   bool free_keys = false;                 // no "properties": any key, values of `additional`
   const SchemaNode* additional = nullptr; // value schema of free keys (null: none allowed)
@@ -28,17 +108,21 @@ struct SchemaNode {
   int min_items = 0, max_items = -1;
   // string
   int min_length = 0, max_length = -1;
-  // literal (enum, const, true/false/null): compact JSON texts
-  std::vector<std::string> alts;
+  // literal (enum, const, true/false/null): compact JSON texts as a trie, the values for validation
+  ByteTrie lits;
+  std::vector<nlohmann::json> values;
+  std::string shortest;                   // the shortest text
   // anyOf
   std::vector<const SchemaNode*> options;
 };
 
 namespace {
 
-constexpr int kMaxDepth = 32;
-constexpr int kMaxDigits = 15;
-constexpr int kMaxProperties = 64;
+constexpr int kMaxDepth = kSchemaMaxDepth;
+constexpr int kMaxDigits = 15;     // integer and fraction parts
+constexpr int kMaxExpDigits = 2;   // exponent: with 15 + 15 digits, |x| < 1e115, a finite double
+constexpr int kMaxProperties = kSchemaMaxProperties;
+constexpr size_t kTooLong = kSchemaMaxMinimalDocument + 1;  // min_bytes saturate here
 
 // Frame kinds
 enum : int { F_OBJ = 1, F_ARR, F_STR, F_KEYSTR, F_NUM, F_LIT };
@@ -48,56 +132,72 @@ bool num_terminal(int phase) { return phase == N_ZERO || phase == N_INT || phase
 bool is_ws(unsigned char c) { return c == ' ' || c == '\n'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+uint32_t hex_value(unsigned char c) {
+  return is_digit(c) ? c - '0' : (c >= 'a' ? c - 'a' + 10 : c - 'A' + 10);
+}
 
-// Can a value of `n` begin with byte c?
-bool can_begin(const SchemaNode* n, unsigned char c) {
-  switch (n->kind) {
-    case NodeKind::Any: return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' || c == 'f' || c == 'n';
-    case NodeKind::Object: return c == '{';
-    case NodeKind::Array: return c == '[';
-    case NodeKind::String: return c == '"';
+size_t sat_add(size_t a, size_t b) { return std::min(kTooLong, a + b); }
+size_t sat_mul(size_t a, size_t b) { return std::min<size_t>(kTooLong, a * b); }  // both <= 10^6 + 1
+
+bool can_begin(const SchemaNode* n, unsigned char c) { return n->begins.has(c); }
+
+// begins for the kinds whose first bytes do not depend on their contents
+void set_begins(SchemaNode& n) {
+  auto add = [&](std::string_view s) {
+    for (char c : s) n.begins.add(static_cast<unsigned char>(c));
+  };
+  switch (n.kind) {
+    case NodeKind::Any: add("{[\"-0123456789tfn"); break;
+    case NodeKind::Object: add("{"); break;
+    case NodeKind::Array: add("["); break;
+    case NodeKind::String: add("\""); break;
     case NodeKind::Number:
-    case NodeKind::Integer: return c == '-' || is_digit(c);
+    case NodeKind::Integer: add("-0123456789"); break;
     case NodeKind::Literal:
-      for (const auto& a : n->alts)
-        if (!a.empty() && static_cast<unsigned char>(a[0]) == c) return true;
-      return false;
+      for (uint32_t e = n.lits.first[0]; e < n.lits.first[1]; ++e) n.begins.add(n.lits.label[e]);
+      break;
     case NodeKind::AnyOf:
-      for (const auto* o : n->options)
-        if (can_begin(o, c)) return true;
-      return false;
+      for (const auto* o : n.options)
+        for (size_t i = 0; i < 4; ++i) n.begins.bits[i] |= o->begins.bits[i];
+      break;
   }
-  return false;
+}
+
+void set_literals(SchemaNode& n, std::vector<std::string> texts) {
+  n.kind = NodeKind::Literal;
+  n.shortest = *std::min_element(texts.begin(), texts.end(),
+                                 [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+  n.min_bytes = std::min(kTooLong, n.shortest.size());
+  n.lits.build(texts, false);
+  set_begins(n);
+}
+
+SchemaNode plain_node(NodeKind k) {
+  SchemaNode x;
+  x.kind = k;
+  set_begins(x);
+  return x;
+}
+SchemaNode literal_node(std::vector<nlohmann::json> values) {
+  SchemaNode x;
+  std::vector<std::string> texts;
+  for (const auto& v : values) texts.push_back(v.dump());
+  x.values = std::move(values);
+  set_literals(x, std::move(texts));
+  return x;
 }
 
 const SchemaNode* any_node() {
-  static const SchemaNode n;
+  static const SchemaNode n = plain_node(NodeKind::Any);
   return &n;
 }
 const SchemaNode* bool_node() {
-  static const SchemaNode n = [] {
-    SchemaNode x;
-    x.kind = NodeKind::Literal;
-    x.alts = {"true", "false"};
-    return x;
-  }();
+  static const SchemaNode n = literal_node({true, false});
   return &n;
 }
 const SchemaNode* null_node() {
-  static const SchemaNode n = [] {
-    SchemaNode x;
-    x.kind = NodeKind::Literal;
-    x.alts = {"null"};
-    return x;
-  }();
+  static const SchemaNode n = literal_node({nullptr});
   return &n;
-}
-
-std::string first_chars(const SchemaNode* n) {
-  std::string s;
-  for (int c = 0; c < 256; ++c)
-    if (can_begin(n, static_cast<unsigned char>(c))) s.push_back(static_cast<char>(c));
-  return s;
 }
 
 }  // namespace
@@ -106,7 +206,11 @@ std::string first_chars(const SchemaNode* n) {
 
 struct SchemaCompiler {
   JsonSchema& out;
-  SchemaNode* make() {
+  size_t literal_bytes = 0;  // enum and const texts so far
+
+  SchemaNode* make(const std::string& ptr) {
+    if (out.nodes_.size() >= static_cast<size_t>(kSchemaMaxNodes))
+      fail_limit(ptr, fmt::format("the schema has more than {} subschemas", kSchemaMaxNodes), "simplify it");
     out.nodes_.push_back(std::make_unique<SchemaNode>());
     return out.nodes_.back().get();
   }
@@ -116,11 +220,32 @@ struct SchemaCompiler {
                      "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, "
                      "anyOf");
   }
+  // A limit (include/repro/engine/json_schema.hpp): one line naming it, where, and the fix.
+  [[noreturn]] void fail_limit(const std::string& ptr, const std::string& what, const std::string& fix) {
+    throw UsageError(out.where_ + ": " + what + " at " + (ptr.empty() ? "/" : ptr) + "; " + fix);
+  }
   int nonneg_int(const nlohmann::json& s, const char* key, const std::string& ptr) {
     const auto& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000)
-      fail(ptr + "/" + key, std::string("'") + key + "' must be an integer from 0 to 1000000");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kSchemaMaxCount)
+      fail(ptr + "/" + key, fmt::format("'{}' must be an integer from 0 to {}", key, kSchemaMaxCount));
     return static_cast<int>(v.get<int64_t>());
+  }
+  // Every node's shortest document is checked as soon as it is known, innermost first, so a product
+  // of minimums (minItems x minLength, nested arrays, required properties) is refused where it first
+  // exceeds the limit, before anything of that size exists.
+  const SchemaNode* check_size(const SchemaNode* n, const std::string& ptr) {
+    if (n->min_bytes > kSchemaMaxMinimalDocument)
+      throw UsageError(fmt::format("{}: the shortest document this schema admits is longer than {} bytes at {} "
+                                   "(minItems, minLength and required properties multiply); lower them",
+                                   out.where_, kSchemaMaxMinimalDocument, ptr.empty() ? "/" : ptr));
+    return n;
+  }
+  void add_literal_bytes(size_t n, const std::string& ptr) {
+    literal_bytes += n;
+    if (literal_bytes > kSchemaMaxLiteralBytes)
+      fail_limit(ptr,
+                 fmt::format("enum and const values take more than {} bytes of JSON in all", kSchemaMaxLiteralBytes),
+                 "give fewer or shorter values");
   }
 
   const SchemaNode* compile(const nlohmann::json& s, const std::string& ptr, int depth) {
@@ -139,14 +264,23 @@ struct SchemaCompiler {
       if (!annotations.count(it.key()) && !known.count(it.key()))
         fail(ptr + "/" + it.key(), "keyword '" + it.key() + "' is not supported");
     if (s.contains("enum") || s.contains("const")) {
-      SchemaNode* n = make();
-      n->kind = NodeKind::Literal;
-      if (s.contains("const")) n->alts.push_back(s["const"].dump());
+      SchemaNode* n = make(ptr);
+      std::vector<std::string> texts;
+      if (s.contains("const")) {
+        texts.push_back(s["const"].dump());
+        add_literal_bytes(texts.back().size(), ptr + "/const");
+        n->values.push_back(s["const"]);
+      }
       if (s.contains("enum")) {
         if (!s["enum"].is_array() || s["enum"].empty()) fail(ptr + "/enum", "'enum' must be a non-empty array");
-        for (const auto& v : s["enum"]) n->alts.push_back(v.dump());
+        for (const auto& v : s["enum"]) {
+          texts.push_back(v.dump());
+          add_literal_bytes(texts.back().size(), ptr + "/enum");
+          n->values.push_back(v);
+        }
       }
-      return n;
+      set_literals(*n, std::move(texts));
+      return check_size(n, ptr);
     }
     if (s.contains("anyOf")) {
       if (!s["anyOf"].is_array() || s["anyOf"].empty()) fail(ptr + "/anyOf", "'anyOf' must be a non-empty array");
@@ -182,28 +316,31 @@ struct SchemaCompiler {
 
   const SchemaNode* any_of(const std::vector<const SchemaNode*>& opts, const std::string& ptr) {
     for (size_t i = 0; i < opts.size(); ++i)
-      for (size_t j = i + 1; j < opts.size(); ++j) {
-        std::string a = first_chars(opts[i]), b = first_chars(opts[j]);
-        for (char c : a)
-          if (b.find(c) != std::string::npos)
+      for (size_t j = i + 1; j < opts.size(); ++j)
+        for (int c = 0; c < 256; ++c)
+          if (can_begin(opts[i], static_cast<unsigned char>(c)) && can_begin(opts[j], static_cast<unsigned char>(c)))
             fail(ptr, fmt::format("alternatives {} and {} can both begin with '{}' (only alternatives that begin "
-                                  "differently, such as a string and null, are supported)", i, j, std::string(1, c)));
-      }
-    SchemaNode* n = make();
+                                  "differently, such as a string and null, are supported)",
+                                  i, j, std::string(1, static_cast<char>(c))));
+    SchemaNode* n = make(ptr);
     n->kind = NodeKind::AnyOf;
     n->options = opts;
+    n->min_bytes = kTooLong;
+    for (const auto* o : opts) n->min_bytes = std::min(n->min_bytes, o->min_bytes);
+    set_begins(*n);
     return n;
   }
 
   const SchemaNode* typed(const nlohmann::json& s, const std::string& t, const std::string& ptr, int depth) {
     if (t == "boolean") return bool_node();
     if (t == "null") return null_node();
-    SchemaNode* n = make();
+    SchemaNode* n = make(ptr);
     if (t == "string") {
       n->kind = NodeKind::String;
       if (s.contains("minLength")) n->min_length = nonneg_int(s, "minLength", ptr);
       if (s.contains("maxLength")) n->max_length = nonneg_int(s, "maxLength", ptr);
       if (n->max_length >= 0 && n->max_length < n->min_length) fail(ptr, "maxLength is below minLength");
+      n->min_bytes = sat_add(2, static_cast<size_t>(n->min_length));
     } else if (t == "number" || t == "integer") {
       n->kind = t == "number" ? NodeKind::Number : NodeKind::Integer;
     } else if (t == "array") {
@@ -212,6 +349,8 @@ struct SchemaCompiler {
       if (s.contains("minItems")) n->min_items = nonneg_int(s, "minItems", ptr);
       if (s.contains("maxItems")) n->max_items = nonneg_int(s, "maxItems", ptr);
       if (n->max_items >= 0 && n->max_items < n->min_items) fail(ptr, "maxItems is below minItems");
+      const size_t k = static_cast<size_t>(n->min_items);
+      n->min_bytes = sat_add(2, sat_add(sat_mul(k, n->items->min_bytes), k > 0 ? k - 1 : 0));
     } else if (t == "object") {
       n->kind = NodeKind::Object;
       const nlohmann::json* add = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
@@ -229,6 +368,7 @@ struct SchemaCompiler {
           n->names.push_back(it.key());
           n->props.push_back(compile(it.value(), ptr + "/properties/" + it.key(), depth + 1));
         }
+        n->keys.build(n->names, true);
         if (s.contains("required")) {
           if (!s["required"].is_array()) fail(ptr + "/required", "'required' must be an array of property names");
           for (const auto& r : s["required"]) {
@@ -240,6 +380,14 @@ struct SchemaCompiler {
             n->required |= uint64_t{1} << (at - n->names.begin());
           }
         }
+        // {"name":value,...}: per required property its quoted name, a colon and its shortest value
+        size_t bytes = 2, count = 0;
+        for (size_t i = 0; i < n->names.size(); ++i)
+          if (n->required >> i & 1) {
+            bytes = sat_add(bytes, sat_add(n->names[i].size() + 3, n->props[i]->min_bytes));
+            ++count;
+          }
+        n->min_bytes = sat_add(bytes, count > 0 ? count - 1 : 0);
       } else {
         if (s.contains("required")) fail(ptr + "/required", "'required' without 'properties'");
         n->free_keys = true;
@@ -249,17 +397,23 @@ struct SchemaCompiler {
           n->additional = nullptr;  // only {}
         else
           n->additional = compile(*add, ptr + "/additionalProperties", depth + 1);
+        n->min_bytes = 2;
       }
     } else {
       fail(ptr + "/type", "type '" + t + "' is not supported");
     }
-    return n;
+    set_begins(*n);
+    return check_size(n, ptr);
   }
 };
 
 JsonSchema::JsonSchema(const nlohmann::json& schema, std::string where) : schema_(schema), where_(std::move(where)) {
   SchemaCompiler c{*this};
-  root_ = c.compile(schema_, "", 0);
+  try {
+    root_ = c.compile(schema_, "", 0);
+  } catch (const nlohmann::json::exception& e) {  // a value built in code with invalid UTF-8 (dump)
+    throw UsageError(where_ + ": the schema cannot be read: " + e.what());
+  }
 }
 JsonSchema::~JsonSchema() = default;
 
@@ -274,21 +428,6 @@ using Frame = JsonState::Frame;
 // Pushes the frame that reads a value of `n` beginning with c, and feeds c to it. False when a value
 // of `n` cannot begin with c.
 bool begin_value(JsonState& s, const SchemaNode* n, unsigned char c);
-
-bool literal_extends(const SchemaNode* n, const std::string& buf, unsigned char c) {
-  for (const auto& a : n->alts)
-    if (a.size() > buf.size() && a.compare(0, buf.size(), buf) == 0 && static_cast<unsigned char>(a[buf.size()]) == c)
-      return true;
-  return false;
-}
-bool literal_is(const SchemaNode* n, const std::string& buf) {
-  return std::find(n->alts.begin(), n->alts.end(), buf) != n->alts.end();
-}
-bool literal_prefix_of_longer(const SchemaNode* n, const std::string& buf) {
-  for (const auto& a : n->alts)
-    if (a.size() > buf.size() && a.compare(0, buf.size(), buf) == 0) return true;
-  return false;
-}
 
 // A value just ended: pop its frame and move the parent on.
 void value_done(JsonState& s) {
@@ -316,6 +455,11 @@ void value_done(JsonState& s) {
 
 bool feed_top(JsonState& s, unsigned char c);
 
+// A literal moved to trie position f.at: it ends here when no value continues it.
+void literal_moved(JsonState& s, const Frame& f) {
+  if (f.node->lits.is_word(f.at) && f.node->lits.leaf(f.at)) value_done(s);
+}
+
 bool begin_value(JsonState& s, const SchemaNode* n, unsigned char c) {
   if (!can_begin(n, c)) return false;
   if (s.stack.size() >= static_cast<size_t>(kMaxDepth)) return false;
@@ -330,8 +474,7 @@ bool begin_value(JsonState& s, const SchemaNode* n, unsigned char c) {
   if (k == NodeKind::Any) {  // the first byte picks the type
     if (c == '{') {
       static const SchemaNode obj = [] {
-        SchemaNode x;
-        x.kind = NodeKind::Object;
+        SchemaNode x = plain_node(NodeKind::Object);
         x.free_keys = true;
         x.additional = any_node();
         return x;
@@ -340,27 +483,18 @@ bool begin_value(JsonState& s, const SchemaNode* n, unsigned char c) {
       k = NodeKind::Object;
     } else if (c == '[') {
       static const SchemaNode arr = [] {
-        SchemaNode x;
-        x.kind = NodeKind::Array;
+        SchemaNode x = plain_node(NodeKind::Array);
         x.items = any_node();
         return x;
       }();
       f.node = &arr;
       k = NodeKind::Array;
     } else if (c == '"') {
-      static const SchemaNode str = [] {
-        SchemaNode x;
-        x.kind = NodeKind::String;
-        return x;
-      }();
+      static const SchemaNode str = plain_node(NodeKind::String);
       f.node = &str;
       k = NodeKind::String;
     } else if (c == '-' || is_digit(c)) {
-      static const SchemaNode num = [] {
-        SchemaNode x;
-        x.kind = NodeKind::Number;
-        return x;
-      }();
+      static const SchemaNode num = plain_node(NodeKind::Number);
       f.node = &num;
       k = NodeKind::Number;
     } else {
@@ -381,32 +515,56 @@ bool begin_value(JsonState& s, const SchemaNode* n, unsigned char c) {
       return true;
     case NodeKind::Literal:
       f.kind = F_LIT;
-      f.buf.assign(1, static_cast<char>(c));
+      f.at = f.node->lits.step(0, c);  // exists: c begins a value
       s.stack.push_back(f);
-      if (literal_is(f.node, f.buf) && !literal_prefix_of_longer(f.node, f.buf)) value_done(s);
+      literal_moved(s, f);
       return true;
     default: return false;
   }
 }
 
-// Bytes inside a string (value or free key); returns false on a byte a string cannot take here.
-// On the closing quote the frame ends.
+// Bytes inside a string (value or free key); returns false on a byte a string cannot take here:
+// anything but well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing over
+// U+10FFFF, no sequence cut short) and well-formed escapes (a \u escape of a high surrogate
+// followed by one of a low surrogate, no lone low surrogate). On the closing quote the frame ends.
 bool feed_string(JsonState& s, Frame& f, unsigned char c) {
   const SchemaNode* n = f.node;
   const int max_len = f.kind == F_STR ? n->max_length : -1;
   const int min_len = f.kind == F_STR ? n->min_length : 0;
+  if (f.need > 0) {  // inside a multi-byte character
+    if (c < f.lo || c > f.hi) return false;
+    --f.need;
+    f.lo = 0x80;
+    f.hi = 0xBF;
+    return true;
+  }
   if (f.phase == 1) {  // after a backslash
     if (c == 'u') {
       f.phase = 2;
+      f.code = 0;
       return true;
     }
-    if (std::string("\"\\/bfnrt").find(static_cast<char>(c)) == std::string::npos) return false;
+    if (f.low_next || std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) == std::string_view::npos) return false;
     f.phase = 0;
     return true;
   }
   if (f.phase >= 2) {  // \uXXXX: phase 2..5 = hex digits read so far + 2
     if (!is_hex(c)) return false;
-    f.phase = f.phase == 5 ? 0 : f.phase + 1;
+    const int digit = f.phase - 2;
+    f.code = f.code * 16 + hex_value(c);
+    if (digit == 0 && f.low_next && f.code != 0xD) return false;
+    if (digit == 1 && f.low_next != (f.code >= 0xDC && f.code <= 0xDF)) return false;  // low surrogates only in pairs
+    if (digit < 3) {
+      f.phase++;
+      return true;
+    }
+    f.phase = 0;
+    f.low_next = !f.low_next && f.code >= 0xD800 && f.code <= 0xDBFF;
+    return true;
+  }
+  if (f.low_next) {  // the low half of a surrogate pair: not a character of its own
+    if (c != '\\') return false;
+    f.phase = 1;
     return true;
   }
   if (c == '"') {
@@ -415,9 +573,25 @@ bool feed_string(JsonState& s, Frame& f, unsigned char c) {
     return true;
   }
   if (c < 0x20) return false;
-  const bool starts_char = (c & 0xC0) != 0x80;  // a UTF-8 continuation byte is part of the previous character
-  if (starts_char && max_len >= 0 && f.count >= max_len) return false;
-  if (starts_char) f.count++;
+  uint8_t need = 0, lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3;
+    if (c == 0xF0) lo = 0x90;  // no overlong forms
+    if (c == 0xF4) hi = 0x8F;  // nothing over U+10FFFF
+  } else if (c >= 0x80) {
+    return false;  // a continuation byte without a lead, C0/C1 (overlong) or F5..FF
+  }
+  if (max_len >= 0 && f.count >= max_len) return false;
+  f.count++;
+  f.need = need;
+  f.lo = lo;
+  f.hi = hi;
   if (c == '\\') f.phase = 1;
   return true;
 }
@@ -446,25 +620,20 @@ bool feed_object(JsonState& s, Frame& f, unsigned char c) {
         return true;
       }
       f.phase = 1;
-      f.buf.clear();
+      f.at = 0;
       return true;
-    case 1: {  // inside a declared key
+    case 1: {  // inside a declared key: f.at is the position in the names' trie (names hold no '"')
       if (c == '"') {
-        for (int i = 0; i < np; ++i)
-          if (!(f.used >> i & 1) && n->names[i] == f.buf) {
-            f.key = i;
-            f.phase = 2;
-            return true;
-          }
-        return false;
+        const int i = n->keys.word[static_cast<size_t>(f.at)];
+        if (i < 0 || (f.used >> i & 1)) return false;
+        f.key = i;
+        f.phase = 2;
+        return true;
       }
-      std::string next = f.buf + static_cast<char>(c);
-      for (int i = 0; i < np; ++i)
-        if (!(f.used >> i & 1) && n->names[i].compare(0, next.size(), next) == 0 && n->names[i].size() >= next.size()) {
-          f.buf = std::move(next);
-          return true;
-        }
-      return false;
+      const int next = n->keys.step(f.at, c);
+      if (next < 0 || !(n->keys.below[static_cast<size_t>(next)] & ~f.used)) return false;  // no unused name
+      f.at = next;
+      return true;
     }
     case 2:  // after the key
       if (is_ws(c)) return true;
@@ -524,7 +693,7 @@ bool feed_array(JsonState& s, Frame& f, unsigned char c) {
 bool feed_number(JsonState& s, Frame& f, unsigned char c) {
   const bool integer = f.node->kind == NodeKind::Integer;
   auto digit = [&](int phase) {
-    if (f.count >= kMaxDigits) return false;
+    if (f.count >= (phase == N_EXP ? kMaxExpDigits : kMaxDigits)) return false;
     f.count++;
     f.phase = phase;
     return true;
@@ -571,17 +740,20 @@ bool feed_number(JsonState& s, Frame& f, unsigned char c) {
       break;
   }
   if (!num_terminal(f.phase)) return false;
-  value_done(s);       // the number is complete;
+  value_done(s);          // the number is complete;
   return feed_top(s, c);  // the byte belongs to what follows it
 }
 
+// f.at is the position in the values' trie: one step per byte, whatever the values' number or length.
 bool feed_literal(JsonState& s, Frame& f, unsigned char c) {
-  if (literal_extends(f.node, f.buf, c)) {
-    f.buf.push_back(static_cast<char>(c));
-    if (literal_is(f.node, f.buf) && !literal_prefix_of_longer(f.node, f.buf)) value_done(s);
+  const ByteTrie& t = f.node->lits;
+  const int next = t.step(f.at, c);
+  if (next >= 0) {
+    f.at = next;
+    literal_moved(s, f);
     return true;
   }
-  if (!literal_is(f.node, f.buf)) return false;
+  if (!t.is_word(f.at)) return false;
   value_done(s);
   return feed_top(s, c);
 }
@@ -603,19 +775,20 @@ bool feed_top(JsonState& s, unsigned char c) {
 
 }  // namespace
 
-bool JsonSchema::feed(JsonState& s, unsigned char c) const {
+bool JsonSchema::advance(JsonState& s, unsigned char c) const {
   if (s.done) return false;
   const bool in_string = !s.stack.empty() && (s.stack.back().kind == F_STR || s.stack.back().kind == F_KEYSTR);
   const bool ws = !in_string && is_ws(c);
   if (ws && s.spaces >= 1) return false;  // at most one whitespace byte in a row
-  JsonState t = s;
-  bool ok;
-  if (t.stack.empty())
-    ok = ws || begin_value(t, root_, c);
-  else
-    ok = feed_top(t, c);
+  const bool ok = s.stack.empty() ? ws || begin_value(s, root_, c) : feed_top(s, c);
   if (!ok) return false;
-  t.spaces = ws ? s.spaces + 1 : 0;
+  s.spaces = ws ? s.spaces + 1 : 0;
+  return true;
+}
+
+bool JsonSchema::feed(JsonState& s, unsigned char c) const {
+  JsonState t = s;
+  if (!advance(t, c)) return false;
   s = std::move(t);
   return true;
 }
@@ -623,7 +796,7 @@ bool JsonSchema::feed(JsonState& s, unsigned char c) const {
 bool JsonSchema::feed(JsonState& s, const std::string& bytes) const {
   JsonState t = s;
   for (char ch : bytes)
-    if (!feed(t, static_cast<unsigned char>(ch))) return false;
+    if (!advance(t, static_cast<unsigned char>(ch))) return false;
   s = std::move(t);
   return true;
 }
@@ -633,7 +806,7 @@ bool JsonSchema::complete(const JsonState& s) const {
   if (s.stack.size() != 1) return false;
   const Frame& f = s.stack.back();
   if (f.kind == F_NUM) return num_terminal(f.phase);
-  if (f.kind == F_LIT) return literal_is(f.node, f.buf);
+  if (f.kind == F_LIT) return f.node->lits.is_word(f.at);
   return false;
 }
 
@@ -649,16 +822,14 @@ bool conforms(const nlohmann::json& v, const SchemaNode* n) {
   switch (n->kind) {
     case NodeKind::Any: return true;
     case NodeKind::Literal:
-      for (const auto& a : n->alts)
-        if (nlohmann::json::parse(a) == v) return true;
-      return false;
+      return std::find(n->values.begin(), n->values.end(), v) != n->values.end();
     case NodeKind::AnyOf:
       for (const auto* o : n->options)
         if (conforms(v, o)) return true;
       return false;
     case NodeKind::String: {
       if (!v.is_string()) return false;
-      size_t len = utf8_chars(v.get<std::string>());
+      size_t len = utf8_chars(v.get_ref<const std::string&>());
       return len >= static_cast<size_t>(n->min_length) && (n->max_length < 0 || len <= static_cast<size_t>(n->max_length));
     }
     case NodeKind::Number: return v.is_number();
@@ -698,8 +869,8 @@ bool conforms(const nlohmann::json& v, const SchemaNode* n) {
 }  // namespace
 
 bool JsonSchema::validate(const std::string& text) const {
-  nlohmann::json v = nlohmann::json::parse(text, nullptr, false);
-  if (v.is_discarded()) return false;
+  nlohmann::json v;
+  if (!parse_json(text, v)) return false;
   return conforms(v, root_);
 }
 
@@ -728,52 +899,82 @@ TokenTrie::TokenTrie(const Tokenizer& tok) : vocab_(tok.vocab_size()) {
   }
 }
 
-void TokenTrie::walk(const JsonSchema& schema, int node, const JsonState& s, std::vector<char>& allowed, int& n) const {
-  const Node& nd = nodes_[static_cast<size_t>(node)];
-  for (int id : nd.ids) {
-    allowed[static_cast<size_t>(id)] = 1;
-    ++n;
-  }
-  for (const auto& [b, child] : nd.next) {
-    JsonState t = s;
-    if (schema.feed(t, b)) walk(schema, child, t, allowed, n);
-  }
-}
-
 int TokenTrie::allowed(const JsonSchema& schema, const JsonState& s, std::vector<char>& allowed) const {
   allowed.assign(static_cast<size_t>(vocab_), 0);
   int n = 0;
-  walk(schema, 0, s, allowed, n);
+  // Depth first with an explicit stack (a token may be 100,000 bytes long): path[d] is the trie node
+  // at depth d with the next of its edges to try, states[d] the automaton after the path's first d
+  // bytes, reused for every branch at that depth (assigning keeps its capacity).
+  struct Step {
+    int node;
+    size_t edge;
+  };
+  std::vector<Step> path = {{0, 0}};
+  std::vector<JsonState> states = {s};
+  while (!path.empty()) {
+    Step& top = path.back();
+    const Node& nd = nodes_[static_cast<size_t>(top.node)];
+    if (top.edge == nd.next.size()) {
+      path.pop_back();
+      continue;
+    }
+    const auto [b, child] = nd.next[top.edge++];
+    const size_t d = path.size();
+    if (states.size() <= d) states.emplace_back();
+    states[d] = states[d - 1];
+    if (!schema.advance(states[d], b)) continue;
+    for (int id : nodes_[static_cast<size_t>(child)].ids) {
+      allowed[static_cast<size_t>(id)] = 1;
+      ++n;
+    }
+    path.push_back({child, 0});
+  }
   return n;
 }
 
 namespace {
-// A shortest conforming document: required properties only, minItems items, minLength strings, 0.
-std::string minimal_document(const SchemaNode* n) {
+// A shortest conforming document: required properties only, minItems items, minLength strings, 0, the
+// shortest literal, the alternative with the shortest document. Its length is SchemaNode::min_bytes,
+// bounded when compiling.
+void minimal_document(const SchemaNode* n, std::string& out) {
   switch (n->kind) {
     case NodeKind::Any:
     case NodeKind::Number:
-    case NodeKind::Integer: return "0";
-    case NodeKind::Literal: return n->alts[0];
-    case NodeKind::AnyOf: return minimal_document(n->options[0]);
-    case NodeKind::String: return "\"" + std::string(static_cast<size_t>(n->min_length), 'a') + "\"";
-    case NodeKind::Array: {
-      std::string s = "[";
-      for (int i = 0; i < n->min_items; ++i) s += (i ? "," : "") + minimal_document(n->items);
-      return s + "]";
+    case NodeKind::Integer: out += '0'; return;
+    case NodeKind::Literal: out += n->shortest; return;
+    case NodeKind::AnyOf: {
+      auto shorter = [](const SchemaNode* a, const SchemaNode* b) { return a->min_bytes < b->min_bytes; };
+      minimal_document(*std::min_element(n->options.begin(), n->options.end(), shorter), out);
+      return;
     }
+    case NodeKind::String:
+      out += '"';
+      out.append(static_cast<size_t>(n->min_length), 'a');
+      out += '"';
+      return;
+    case NodeKind::Array:
+      out += '[';
+      for (int i = 0; i < n->min_items; ++i) {
+        if (i) out += ',';
+        minimal_document(n->items, out);
+      }
+      out += ']';
+      return;
     case NodeKind::Object: {
-      std::string s = "{";
+      out += '{';
       bool first = true;
       for (size_t i = 0; i < n->names.size(); ++i)
         if (n->required >> i & 1) {
-          s += (first ? "\"" : ",\"") + n->names[i] + "\":" + minimal_document(n->props[i]);
+          out += first ? "\"" : ",\"";
+          out += n->names[i];
+          out += "\":";
+          minimal_document(n->props[i], out);
           first = false;
         }
-      return s + "}";
+      out += '}';
+      return;
     }
   }
-  return "0";
 }
 }  // namespace
 
@@ -781,7 +982,9 @@ JsonConstraint::JsonConstraint(const nlohmann::json& s, std::string where, const
     : schema(s, std::move(where)), trie(tok) {
   // Can the vocabulary spell a conforming document? The shortest one must be spellable: by the
   // tokenizer's own encoding, or else byte by byte with single-byte tokens.
-  const std::string doc = minimal_document(schema.root());
+  std::string doc;
+  doc.reserve(schema.root()->min_bytes);
+  minimal_document(schema.root(), doc);
   JsonState st = schema.start();
   bool ok = true;
   for (int id : tok.encode(doc, false)) ok = ok && schema.feed(st, tok.piece(id));
@@ -794,7 +997,8 @@ JsonConstraint::JsonConstraint(const nlohmann::json& s, std::string where, const
   for (char ch : doc)
     if (!single.count(static_cast<unsigned char>(ch)))
       throw UsageError(schema.where() + ": the model's vocabulary cannot spell a document of this schema (no token for " +
-                       printable(std::string(1, ch)) + " in " + printable(doc) +
+                       printable(std::string(1, ch)) + " in " + printable(doc.substr(0, 200)) +
+                       (doc.size() > 200 ? "..." : "") +
                        "); use a model whose vocabulary has byte tokens, or another schema");
 }
 
@@ -810,10 +1014,79 @@ nlohmann::json schema_of(const nlohmann::json& v) {
 
 nlohmann::json read_json_schema_file(const std::string& path, const std::string& flag) {
   std::string text = read_file(path, (flag + " schema").c_str());
-  nlohmann::json v = nlohmann::json::parse(text, nullptr, false);
-  if (v.is_discarded())
-    throw UsageError(flag + " '" + path + "': not valid JSON; give a JSON Schema object (e.g. {\"type\":\"object\",...})");
+  nlohmann::json v;
+  std::string err;
+  if (!parse_json(text, v, &err))
+    throw UsageError(flag + " '" + path + "': not valid JSON (" + err +
+                     "); give a JSON Schema object (e.g. {\"type\":\"object\",...})");
   return schema_of(v);
+}
+
+// ============================================================================ fuzz entry
+
+namespace {
+
+// A vocabulary of given pieces (token 0 is the end of sequence, never in the trie).
+class PieceTokenizer final : public Tokenizer {
+ public:
+  explicit PieceTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
+  std::vector<int> encode(std::string_view, bool) const override { return {}; }
+  std::string piece(int id) const override { return pieces_[static_cast<size_t>(id)]; }
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  int bos() const override { return -1; }
+  int eos() const override { return 0; }
+  std::string kind() const override { return "fuzz"; }
+
+ private:
+  std::vector<std::string> pieces_;
+};
+
+}  // namespace
+
+int json_schema_fuzz_one_input(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const size_t nul = in.find('\0');
+  const std::string_view schema_text = in.substr(0, nul);
+  const std::string_view doc = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1, 1024);
+  nlohmann::json v;
+  if (!parse_json(schema_text, v)) return 0;
+  std::unique_ptr<JsonSchema> js;
+  try {
+    js = std::make_unique<JsonSchema>(schema_of(v), "fuzz");
+  } catch (const UsageError&) {
+    return 0;
+  }
+  std::vector<std::string> pieces = {""};
+  for (int c = 1; c < 256; ++c) pieces.emplace_back(1, static_cast<char>(c));
+  pieces.emplace_back(1, '\0');
+  for (const char* p : {"{\"", "\":", "\",\"", "\"}", "[\"", "\"]", "true", "false", "null", "\\u",
+                        "\\uD83D\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xED\xA0\x80", "\xC0\x80",
+                        "12", "-0.5e+3", "1e99", " \"", "\n}", "],"})
+    pieces.emplace_back(p);
+  for (size_t i = 0; i + 1 < doc.size() && i < 256; i += 3) pieces.emplace_back(doc.substr(i, 2 + i % 7));
+  PieceTokenizer tok(pieces);
+  TokenTrie trie(tok);
+  std::vector<char> allowed;
+  JsonState s = js->start();
+  std::string kept;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    if (i < 16 || i % 64 == 0) {  // the mask agrees with feeding each token on its own
+      const int n = trie.allowed(*js, s, allowed);
+      int count = 0;
+      for (int id = 1; id < tok.vocab_size(); ++id) {
+        JsonState t = s;
+        const bool ok = js->feed(t, pieces[static_cast<size_t>(id)]);
+        if (ok != static_cast<bool>(allowed[static_cast<size_t>(id)])) __builtin_trap();
+        count += ok;
+      }
+      if (count != n || allowed[0]) __builtin_trap();
+    }
+    if (i == doc.size()) break;
+    if (js->feed(s, static_cast<unsigned char>(doc[i]))) kept.push_back(doc[i]);
+  }
+  // what the automaton takes as a complete document conforms
+  if (js->complete(s) && !js->validate(kept)) __builtin_trap();
+  return 0;
 }
 
 }  // namespace repro

@@ -14,8 +14,20 @@
 // or null). Annotations (title, description, $schema, default, examples, $id, $comment) are ignored;
 // any other keyword ("pattern", "$ref", "oneOf", "allOf", "format", "minimum", ...) is an error that
 // names it, never silently dropped. Generated JSON has no whitespace except inside strings, at most
-// one space or newline where JSON allows whitespace, and numbers of at most 15 digits in each part.
+// one space or newline where JSON allows whitespace, numbers of at most 15 digits in the integer and
+// fraction parts and 2 in the exponent (so every number is a finite double), and strings of
+// well-formed UTF-8 only (no overlong forms, surrogates or code points over U+10FFFF; a \u escape
+// of a high surrogate must be followed by one of a low surrogate).
+//
+// Cost: compiling is linear in the schema; enum and const values become one byte trie per subschema,
+// so the automaton's state holds positions, never copies of what was read, and a byte costs the same
+// whatever the values' number or length. A mask walks the vocabulary trie once (iteratively: a token
+// may be very long), a constant amount of work per trie node it visits. The limits below keep
+// compiling and the check that the vocabulary can spell the schema bounded whatever a request sends
+// (docs/RELIABILITY.md, "Structured output (JSON schema)").
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,11 +35,22 @@
 
 namespace repro {
 
+// Limits of a schema, checked while compiling, before anything is built (fixed; each is refused with
+// a UsageError naming it, which `serve` answers with 400 and the CLI with exit 2).
+inline constexpr int kSchemaMaxDepth = 32;         // nesting of subschemas, and of a generated document
+inline constexpr int kSchemaMaxNodes = 10000;      // subschemas in all
+inline constexpr int kSchemaMaxProperties = 64;    // declared properties of one object
+inline constexpr int kSchemaMaxCount = 1000000;    // minItems, maxItems, minLength, maxLength
+inline constexpr size_t kSchemaMaxLiteralBytes = 262144;     // enum and const values in all, as compact JSON
+inline constexpr size_t kSchemaMaxMinimalDocument = 65536;   // bytes of the shortest conforming document
+                                                             // (of the schema and of each subschema)
+
 class Tokenizer;
 
 struct SchemaNode;  // compiled schema (opaque)
 
-// The automaton's state for one sequence (a stack of frames; cheap to copy for small depths).
+// The automaton's state for one sequence: a stack of frames, each a few plain fields (no copy of the
+// bytes read), so a copy costs the stack's depth, at most kSchemaMaxDepth frames.
 struct JsonState {
   struct Frame {
     int kind = 0;            // see json_schema.cpp
@@ -36,7 +59,11 @@ struct JsonState {
     int count = 0;           // array items / string length / number digits
     uint64_t used = 0;       // object: properties present (bit per property)
     int key = -1;            // object: the property whose value is being read
-    std::string buf;         // key or literal bytes so far
+    int at = 0;              // object: position in the declared names' trie; literal: in the values' trie
+    uint32_t code = 0;       // string: the hex digits of a \u escape so far
+    uint8_t need = 0;        // string: UTF-8 continuation bytes still to come
+    uint8_t lo = 0x80, hi = 0xBF;  // string: the range the next continuation byte must be in
+    bool low_next = false;   // string: a high surrogate escape was read, a low one must follow
   };
   std::vector<Frame> stack;
   int spaces = 0;            // consecutive whitespace bytes
@@ -56,11 +83,14 @@ class JsonSchema {
   // Feeds one byte; false (state unchanged) when it cannot continue a conforming document.
   bool feed(JsonState& s, unsigned char c) const;
   bool feed(JsonState& s, const std::string& bytes) const;  // all or nothing
+  // As feed(s, c), but on false `s` is left in an unspecified state: for callers that feed a scratch
+  // copy anyway (the mask), saving a copy per byte.
+  bool advance(JsonState& s, unsigned char c) const;
   // The document read so far is complete (a number at the top level is complete once it has digits).
   bool complete(const JsonState& s) const;
 
-  // Post-hoc check of a whole text: parses as JSON and conforms to the schema (independent of the
-  // automaton: used for the schema-valid rate).
+  // Post-hoc check of a whole text: parses as JSON (repro::parse_json: nesting bounded) and conforms
+  // to the schema (independent of the automaton: used for the schema-valid rate).
   bool validate(const std::string& text) const;
 
   const nlohmann::json& schema() const { return schema_; }
@@ -92,7 +122,6 @@ class TokenTrie {
   };
   std::vector<Node> nodes_;
   int vocab_ = 0;
-  void walk(const JsonSchema& schema, int node, const JsonState& s, std::vector<char>& allowed, int& n) const;
 };
 
 // A compiled schema with its vocabulary trie, shared by every sequence that decodes under it.
@@ -108,5 +137,13 @@ struct JsonConstraint {
 nlohmann::json read_json_schema_file(const std::string& path, const std::string& flag);
 // The schema inside an OpenAI-style response_format value, or the value itself when it is a schema.
 nlohmann::json schema_of(const nlohmann::json& v);
+
+// The fuzz entry (fuzz/fuzz_json_schema.cpp; tests/unit-json-schema.cpp replays
+// fuzz/corpus/json_schema/ through it). Input: a schema's JSON text, a NUL byte, then document bytes.
+// The schema is compiled; the bytes are fed one by one (a byte the automaton refuses is skipped);
+// at the first 16 positions and every 64th after, the mask of a small vocabulary (every byte, JSON
+// fragments, pieces of the input) is checked token by token against feed. When the bytes kept make
+// a complete document, it must validate. Any disagreement traps. Returns 0.
+int json_schema_fuzz_one_input(const uint8_t* data, size_t size);
 
 }  // namespace repro
