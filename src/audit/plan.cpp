@@ -188,30 +188,6 @@ PlanOptions plan_from_report(const AuditReport& r) {
   return o;
 }
 
-std::vector<Prompt> report_prompts(const AuditReport& r) {
-  std::vector<std::string> ids;
-  const nlohmann::json* listed = r.plan.is_object() ? at_key(r.plan, "prompt_ids") : nullptr;
-  if (listed && listed->is_array()) {
-    for (const auto& id : *listed)
-      if (id.is_string()) ids.push_back(id.get<std::string>());
-  } else {
-    for (const auto& [id, text] : r.prompts) ids.push_back(id);
-  }
-  const nlohmann::json* pm = r.plan.is_object() ? at_key(r.plan, "prompt_messages") : nullptr;
-  std::vector<Prompt> out;
-  for (const auto& id : ids) {
-    auto it = r.prompts.find(id);
-    if (it == r.prompts.end()) continue;
-    // Chat prompts keep their messages, so a resumed run sends them as they were, not flattened.
-    nlohmann::json messages;
-    if (pm && pm->is_object() && pm->contains(id)) messages = pm->at(id);
-    Prompt p{id, it->second, messages, "", ""};
-    for (const auto& pv : r.prompt_variants)
-      if (pv.prompt_id == p.id) p.task = pv.task, p.variant = pv.variant;
-    out.push_back(std::move(p));
-  }
-  return out;
-}
 
 std::string json_schema_where(const PlanOptions& o) {
   return o.json_schema_file.empty() ? std::string("json_schema") : "--json-schema '" + o.json_schema_file + "'";

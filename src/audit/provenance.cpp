@@ -36,19 +36,6 @@ nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
   return eps;
 }
 
-std::string prompts_digest(const std::vector<Prompt>& prompts) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& p : prompts) {
-    nlohmann::json e = {{"id", p.id}, {"text", p.text}};
-    if (p.messages.is_array() && !p.messages.empty()) e["messages"] = p.messages;
-    if (!p.task.empty()) e["task"] = p.task;
-    if (!p.variant.empty()) e["variant"] = p.variant;
-    list.push_back(std::move(e));
-  }
-  // The compact canonical form of src/report/canonical.cpp: sorted keys, no whitespace, invalid
-  // UTF-8 replaced by U+FFFD, so the digest can be recomputed from the report's own JSON.
-  return sha256_hex(list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-}
 
 nlohmann::json input_digests(const PlanOptions& plan, const Model* model) {
   nlohmann::json d = {{"prompts_sha256", prompts_digest(plan.prompts)}, {"profile_sha256", plan.profile_digest}};
