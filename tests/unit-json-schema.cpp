@@ -134,7 +134,15 @@ TEST_CASE("json schema: a vocabulary that cannot spell the schema is a clear err
   d.add_space_prefix = false;
   auto tok = make_tokenizer(d);
   JsonConstraint fine(json::parse(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})"), "s", *tok);
-  CHECK(fine.trie.vocab_size() == 8);
+  CHECK(fine.trie->vocab_size() == 8);
+  // One trie per tokenizer: a second constraint (a second request of a server) reuses it, another
+  // tokenizer with the same vocabulary gets its own.
+  JsonConstraint again(json::parse(R"({"type":"object"})"), "s2", *tok);
+  CHECK(again.trie == fine.trie);
+  auto other = make_tokenizer(d);
+  JsonConstraint elsewhere(json::parse(R"({"type":"object"})"), "s3", *other);
+  CHECK(elsewhere.trie != fine.trie);
+  CHECK(other->instance() != tok->instance());
   try {
     JsonConstraint bad(json::parse(R"({"type":"integer"})"), "--json-schema 'n.json'", *tok);
     FAIL("expected an error");
@@ -415,13 +423,13 @@ TEST_CASE("json schema: a GGUF with a 100,000-byte token masks without deep recu
   JsonState s = c.schema.start();
   REQUIRE(c.schema.feed(s, '"'));
   std::vector<char> allowed;
-  CHECK(c.trie.allowed(c.schema, s, allowed) > 1);
+  CHECK(c.trie->allowed(c.schema, s, allowed) > 1);
   CHECK(allowed[static_cast<size_t>(id)]);
   // a string of at most 1000 characters prunes it at the 1001st byte
   JsonConstraint short_strings(json{{"type", "string"}, {"maxLength", 1000}}, "t", *model->tokenizer);
   s = short_strings.schema.start();
   REQUIRE(short_strings.schema.feed(s, '"'));
-  CHECK(short_strings.trie.allowed(short_strings.schema, s, allowed) > 1);
+  CHECK(short_strings.trie->allowed(short_strings.schema, s, allowed) > 1);
   CHECK_FALSE(allowed[static_cast<size_t>(id)]);
 }
 

@@ -154,7 +154,7 @@ std::vector<int> Engine::step() {
     const float* choose = lg;  // the logits the token is chosen from
     if (p.json_schema && tok) {
       const JsonSchema& js = p.json_schema->schema;
-      int n = p.json_schema->trie.allowed(js, s->json, s->allowed);
+      int n = p.json_schema->trie->allowed(js, s->json, s->allowed);
       if (js.complete(s->json) && tok->eos() >= 0) {
         s->allowed[static_cast<size_t>(tok->eos())] = 1;
         ++n;

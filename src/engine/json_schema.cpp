@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <mutex>
 #include <set>
 #include <string_view>
 
@@ -899,6 +900,22 @@ TokenTrie::TokenTrie(const Tokenizer& tok) : vocab_(tok.vocab_size()) {
   }
 }
 
+std::shared_ptr<const TokenTrie> TokenTrie::of(const Tokenizer& tok) {
+  static std::mutex mu;
+  static std::vector<std::pair<uint64_t, std::shared_ptr<const TokenTrie>>> kept;  // most recent last
+  constexpr size_t kKeep = 4;
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (kept[i].first == tok.instance()) {
+      std::rotate(kept.begin() + i, kept.begin() + i + 1, kept.end());
+      return kept.back().second;
+    }
+  auto t = std::make_shared<const TokenTrie>(tok);
+  if (kept.size() == kKeep) kept.erase(kept.begin());
+  kept.emplace_back(tok.instance(), t);
+  return t;
+}
+
 int TokenTrie::allowed(const JsonSchema& schema, const JsonState& s, std::vector<char>& allowed) const {
   allowed.assign(static_cast<size_t>(vocab_), 0);
   int n = 0;
@@ -979,7 +996,7 @@ void minimal_document(const SchemaNode* n, std::string& out) {
 }  // namespace
 
 JsonConstraint::JsonConstraint(const nlohmann::json& s, std::string where, const Tokenizer& tok)
-    : schema(s, std::move(where)), trie(tok) {
+    : schema(s, std::move(where)), trie(TokenTrie::of(tok)) {
   // Can the vocabulary spell a conforming document? The shortest one must be spellable: by the
   // tokenizer's own encoding, or else byte by byte with single-byte tokens.
   std::string doc;

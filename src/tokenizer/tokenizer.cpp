@@ -1,5 +1,6 @@
 // Tokenizer factory, shared validation, and the llama2.c tokenizer file reader.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,11 @@
 #include "repro/tokenizer/internal.hpp"
 
 namespace repro {
+
+uint64_t Tokenizer::next_instance() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
 namespace detail {
 
 size_t utf8_char_len(std::string_view s, size_t i) {

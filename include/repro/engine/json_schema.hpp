@@ -109,6 +109,10 @@ class JsonSchema {
 class TokenTrie {
  public:
   explicit TokenTrie(const Tokenizer& tok);
+  // The trie of `tok`, built once and shared: every request of a server that decodes under a schema
+  // reads the same trie (building one walks the whole vocabulary). The last few tokenizers' tries
+  // are kept.
+  static std::shared_ptr<const TokenTrie> of(const Tokenizer& tok);
   // Sets allowed[id] for every token whose bytes `schema` accepts from `s`; allowed has vocab entries
   // (cleared first). End of sequence is the caller's business (JsonSchema::complete).
   // Returns the number of tokens allowed.
@@ -124,11 +128,12 @@ class TokenTrie {
   int vocab_ = 0;
 };
 
-// A compiled schema with its vocabulary trie, shared by every sequence that decodes under it.
+// A compiled schema with its vocabulary trie, shared by every sequence that decodes under it (the
+// trie by every constraint on the same tokenizer).
 struct JsonConstraint {
   JsonConstraint(const nlohmann::json& schema, std::string where, const Tokenizer& tok);
   JsonSchema schema;
-  TokenTrie trie;
+  std::shared_ptr<const TokenTrie> trie;
 };
 
 // Reads and compiles a schema file (`flag` names the flag in errors). An OpenAI `response_format`

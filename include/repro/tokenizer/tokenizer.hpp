@@ -1,6 +1,7 @@
 // Tokenizers: SentencePiece-style BPE (GGUF `tokenizer.ggml.model = llama`, llama2.c tok*.bin) and
 // GPT-2 style byte-level BPE (`tokenizer.ggml.model = gpt2`, Llama-3 / Qwen2 / SmolLM pre-tokenizers via PCRE2).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -49,6 +50,9 @@ class Tokenizer {
   virtual int bos() const = 0;
   virtual int eos() const = 0;
   virtual std::string kind() const = 0;  // "llama (SentencePiece BPE)" / "gpt2 (byte-level BPE, <pre>)"
+  // A number no other tokenizer of this process has had: caches keyed by it (the vocabulary trie
+  // of constrained decoding) never mistake a new tokenizer at a freed one's address for the old one.
+  uint64_t instance() const { return instance_; }
 
  protected:
   // Called by each tokenizer's constructor: the special tokens encode_special matches.
@@ -56,6 +60,8 @@ class Tokenizer {
 
  private:
   std::vector<std::pair<std::string, int>> specials_;  // (text, id), longest first
+  static uint64_t next_instance();
+  uint64_t instance_ = next_instance();
 };
 
 // Builds the tokenizer the data describes; throws UsageError on inconsistent data.
