@@ -376,3 +376,50 @@ TEST_CASE("serve: numbers beyond double or int64 get 400 naming the field; top-N
   }
   s.server->stop();
 }
+
+TEST_CASE("serve: a body nested 100,000 or 400,000 deep gets 400 naming the nesting limit; the server lives on") {
+  REPRO_REQUIRE_MODELS(dir);
+  Served s(dir);
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(30, 0);
+  auto nested = [](const std::string& open, const std::string& close, int depth) {
+    std::string v;
+    v.reserve((open.size() + close.size()) * static_cast<size_t>(depth) + 2);
+    for (int i = 0; i < depth; ++i) v += open;
+    v += "1";
+    for (int i = 0; i < depth; ++i) v += close;
+    return v;
+  };
+  struct Case {
+    const char* path;
+    std::string body;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
+                              nested("{\"a\":", "}", 100000) + "}}}"},
+      {"/v1/completions", R"({"prompt":"a","stop":)" + nested("[", "]", 400000) + "}"},
+      {"/v1/completions", R"({"prompt":)" + nested("[", "]", 400000) + "}"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":)" + nested("[", "]", 400000) + "}]}"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.path);
+    CAPTURE(k.body.substr(0, 80));
+    REQUIRE(k.body.size() < (1u << 20));
+    auto r = c.Post(k.path, k.body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    const json e = json::parse(r->body)["error"];
+    CHECK(e["code"] == "invalid_json");
+    CHECK(e["type"] == "invalid_request_error");
+    CHECK(e["message"].get<std::string>().find("nested deeper than 256 levels") != std::string::npos);
+  }
+  // 256 levels are still accepted as JSON (then refused, or not, for what they mean).
+  auto ok = c.Post("/v1/completions", R"({"prompt":"a","stop":)" + nested("[", "]", 254) + "}", "application/json");
+  REQUIRE(ok);
+  CHECK(ok->status == 400);
+  CHECK(ok->body.find("'stop' must hold non-empty strings") != std::string::npos);
+  auto r = c.Post("/v1/completions", json{{"prompt", "Lily"}, {"max_tokens", 4}}.dump(), "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  s.server->stop();
+}

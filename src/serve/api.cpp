@@ -10,6 +10,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/engine/json_schema.hpp"
 
 namespace repro::serve {
@@ -31,13 +32,12 @@ std::string body_limit_message(const ApiContext& cx) {
 
 json parse_body(const ApiContext& cx, const std::string& body) {
   if (body.size() > cx.max_body_bytes) throw ApiError(413, body_limit_message(cx), "", "request_too_large");
+  // Bounded: a value nested deeper than kMaxJsonDepth is refused here, before any copy, walk or
+  // dump of it could recurse that deep (1 MB of '[' would overflow a worker's stack).
   json b;
-  try {
-    b = json::parse(body);
-  } catch (const json::exception& e) {
-    // parse_error, and out_of_range for numbers beyond double (1e309).
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-  }
+  std::string error;
+  if (!parse_json(body, b, &error))
+    throw ApiError(400, "the request body is not valid JSON: " + error, "", "invalid_json");
   if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
   return b;
 }
