@@ -423,3 +423,73 @@ TEST_CASE("serve: a body nested 100,000 or 400,000 deep gets 400 naming the nest
   CHECK(r->status == 200);
   s.server->stop();
 }
+
+TEST_CASE("serve: /health and /v1/models answer within a second while every HTTP worker holds a stream") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.http_threads = 4;
+  so.shutdown_grace_s = 0;
+  // Each step takes at least 5 ms: 2000 tokens keep a stream open for 10 s or more.
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+  Served s(dir, so);
+  const int port = s.server->port();
+  json q = {{"prompt", "Lily"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
+  std::vector<std::unique_ptr<Sock>> streams;
+  for (int i = 0; i < so.http_threads; ++i) {
+    streams.push_back(std::make_unique<Sock>(port));
+    REQUIRE(streams.back()->send(http_post("/v1/completions", q)));
+  }
+  for (auto& k : streams) REQUIRE(k->read(10, "data: ").find("data: ") != std::string::npos);
+  // One more generation request waits for a worker; it is not refused.
+  Sock waiting(port);
+  REQUIRE(waiting.send(http_post("/v1/completions", json{{"prompt", "Lily"}, {"max_tokens", 4}})));
+  for (int round = 0; round < 3; ++round) {
+    for (const char* path : {"/health", "/v1/models"}) {
+      CAPTURE(round);
+      CAPTURE(path);
+      Sock h(port);
+      REQUIRE(h.fd >= 0);
+      auto t0 = Clock::now();
+      h.send(std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::string r = h.read(3, "}");
+      CHECK(r.rfind("HTTP/1.1 200", 0) == 0);
+      CHECK(since(t0) < 1.0);
+    }
+  }
+  // The generation request still waits for a worker of its own: neither refused nor answered early.
+  CHECK(waiting.read(0.2).empty());
+  for (auto& k : streams) k->close();
+  std::string w = waiting.read(10, "}}");
+  CHECK(w.rfind("HTTP/1.1 200", 0) == 0);
+  s.server->stop();
+}
+
+TEST_CASE("serve: a Content-Length over --max-body-bytes gets 413 at once, without waiting for the body") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.max_body_bytes = 4096;
+  Served s(dir, so);
+  const int port = s.server->port();
+  for (const char* len : {"10000000000", "4097", "99999999999999999999999999"}) {
+    CAPTURE(len);
+    Sock k(port);
+    auto t0 = Clock::now();
+    REQUIRE(k.send(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               "Content-Length: ") + len + "\r\n\r\n{\"prompt\":"));
+    bool eof = false;
+    std::string r = k.read(5, "", &eof);
+    CHECK(since(t0) < 1.0);
+    CHECK(eof);
+    CHECK(r.rfind("HTTP/1.1 413", 0) == 0);
+    CHECK(r.find("larger than this server's limit of 4096 bytes (--max-body-bytes)") != std::string::npos);
+    CHECK(r.find("Connection: close") != std::string::npos);
+  }
+  // At the limit the body is read as usual.
+  httplib::Client c("127.0.0.1", port);
+  std::string body = json{{"prompt", "Lily"}, {"max_tokens", 2}}.dump();
+  body += std::string(4096 - body.size(), ' ');
+  auto r = c.Post("/v1/completions", body, "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  s.server->stop();
+}
