@@ -493,3 +493,29 @@ TEST_CASE("serve: a Content-Length over --max-body-bytes gets 413 at once, witho
   CHECK(r->status == 200);
   s.server->stop();
 }
+
+TEST_CASE("serve: a NUL inside a prompt or a chat message is kept: it is one more prompt token, not the end") {
+  REPRO_REQUIRE_MODELS(dir);
+  Served s(dir);
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(30, 0);
+  auto prompt_tokens = [&](const char* path, const json& q) {
+    auto r = c.Post(path, q.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body)["usage"]["prompt_tokens"].get<int>();
+  };
+  const std::string plain = "Lily went to the park", with_nul = std::string("Lily\0 went to the park", 22);
+  const int base = prompt_tokens("/v1/completions", {{"prompt", plain}, {"max_tokens", 1}});
+  CHECK(prompt_tokens("/v1/completions", {{"prompt", with_nul}, {"max_tokens", 1}}) == base + 1);
+  auto chat = [](const std::string& text) {
+    return json{{"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", 1}};
+  };
+  CHECK(prompt_tokens("/v1/chat/completions", chat(with_nul)) == prompt_tokens("/v1/chat/completions", chat(plain)) + 1);
+  // The text offsets of the answer count the prompt's bytes, the NUL included.
+  auto r = c.Post("/v1/completions", json{{"prompt", with_nul}, {"max_tokens", 1}, {"logprobs", 0}}.dump(),
+                  "application/json");
+  REQUIRE(r);
+  CHECK(json::parse(r->body)["choices"][0]["logprobs"]["text_offset"][0] == 22);
+  s.server->stop();
+}
