@@ -299,3 +299,24 @@ TEST_CASE("connection resets on kept-alive connections are counted: the POSTs re
   CHECK(st.attempts == 80 + 34);
   CHECK(srv.requests.load() == st.attempts);
 }
+
+TEST_CASE("a Retry-After longer than --timeout waits at most --timeout before the retry") {
+  test::FaultServerOptions o;
+  o.retry_after_s = 999999;
+  FaultServer srv(o);
+  srv.push_faults({Fault::http429, Fault::http429});
+  auto spec = spec_for(srv, false);
+  spec.max_retries = 2;
+  spec.total_timeout_s = 0.5;
+  spec.read_timeout_s = 0.5;
+  int failed = 0, aborted = 0;
+  const double t0 = now_s();
+  RemoteStats st = closed_loop(spec, 1, 1, 10, &failed, &aborted);
+  const double took = now_s() - t0;
+  CAPTURE(took);
+  CHECK(aborted == 0);
+  CHECK(st.succeeded == 1);
+  CHECK(st.attempts == 3);
+  CHECK(took >= 0.95);  // each wait is the whole --timeout (the most of the server's ask it honours)
+  CHECK(took < 2.5);
+}

@@ -8,10 +8,10 @@
 //
 // Faults: 429 and 5xx, timeouts, connect errors, resets, cut streams, invalid JSON and empty choices
 // are retried up to spec.max_retries with exponential backoff and jitter (Retry-After honoured,
-// capped at retry_after_max_s); other 4xx and TLS failures are not retried. libcurl's own silent
-// re-send on a dead kept-alive connection is refused (on_seek), so every attempt the server can have
-// seen is one counted here. A request that fails for good is delivered with
-// RemoteResult::error = "<cause>: <detail> (after N attempts)".
+// capped at retry_after_max_s; no wait longer than total_timeout_s); other 4xx and TLS failures are
+// not retried. libcurl's own silent re-send on a dead kept-alive connection is refused (on_seek), so
+// every attempt the server can have seen is one counted here. A request that fails for good is
+// delivered with RemoteResult::error = "<cause>: <detail> (after N attempts)".
 //
 // TLS: peer and host verification always on; CAINFO from spec.ca_cert. No insecure switch.
 // Secrets: the key only ever goes into the curl header list; every string produced here (errors,
@@ -441,13 +441,16 @@ struct RemoteClient::Impl {
 
   double backoff(const Job& j, double retry_after) {
     const EndpointSpec& s = spec();
+    // No wait is longer than one attempt may take (--timeout): a Retry-After of days, or a long
+    // backoff, would otherwise hold the request far beyond what the user allowed for it.
+    const double cap = std::min(s.retry_after_max_s, s.total_timeout_s);
     if (retry_after >= 0) {
-      double ra = std::min(retry_after, s.retry_after_max_s);
+      double ra = std::min(retry_after, cap);
       std::uniform_real_distribution<double> u(0, 0.1 * std::max(ra, 0.05));
-      return ra + u(rng);  // never earlier than the server asked
+      return std::min(ra + u(rng), cap);  // never earlier than the server asked, up to the cap
     }
     double d = s.backoff_base_s * std::ldexp(1.0, std::min(j.attempt - 1, 30));
-    d = std::min(d, s.backoff_max_s);
+    d = std::min({d, s.backoff_max_s, s.total_timeout_s});
     std::uniform_real_distribution<double> u(d / 2, d);
     return u(rng);
   }
