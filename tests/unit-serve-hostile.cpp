@@ -15,6 +15,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +26,7 @@
 
 #include "repro/engine/engine.hpp"
 #include "repro/model/model.hpp"
+#include "repro/serve/api.hpp"
 #include "repro/serve/server.hpp"
 #include "test_util.hpp"
 
@@ -492,6 +496,23 @@ TEST_CASE("serve: a Content-Length over --max-body-bytes gets 413 at once, witho
   REQUIRE(r);
   CHECK(r->status == 200);
   s.server->stop();
+}
+
+TEST_CASE("fuzz corpus fuzz/corpus/request replays through the fuzz entry without a trap (regression)") {
+  const std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "request";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    CAPTURE(e.path().filename().string());
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string bytes = ss.str();
+    CHECK(serve::fuzz_request_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
+    ++files;
+  }
+  CHECK(files >= 30);
 }
 
 TEST_CASE("serve: a NUL inside a prompt or a chat message is kept: it is one more prompt token, not the end") {
