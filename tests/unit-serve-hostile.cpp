@@ -540,3 +540,41 @@ TEST_CASE("serve: a NUL inside a prompt or a chat message is kept: it is one mor
   CHECK(json::parse(r->body)["choices"][0]["logprobs"]["text_offset"][0] == 22);
   s.server->stop();
 }
+
+TEST_CASE("serve: a chunked body growing past --max-body-bytes gets 413 once it is over, not at the deadline") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.max_body_bytes = 4096;
+  Served s(dir, so);
+  Sock k(s.server->port());
+  REQUIRE(k.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n"));
+  const std::string chunk = "4000\r\n" + std::string(0x4000, ' ') + "\r\n";  // 16 KiB per chunk, never the last
+  size_t sent = 0;
+  std::string r;
+  bool eof = false;
+  auto t0 = Clock::now();
+  while (since(t0) < 3 && r.empty() && !eof) {
+    pollfd p{k.fd, POLLOUT, 0};
+    if (::poll(&p, 1, 10) > 0 && (p.revents & POLLOUT)) {
+      ssize_t n = ::send(k.fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    r += k.read(0.01, "", &eof);
+  }
+  r += k.read(2, "}}", &eof);
+  CAPTURE(sent);
+  CHECK(since(t0) < 1.5);
+  CHECK(r.rfind("HTTP/1.1 413", 0) == 0);
+  CHECK(r.find("larger than this server's limit of 4096 bytes (--max-body-bytes)") != std::string::npos);
+  // A chunked body within the limit is read as usual.
+  Sock ok(s.server->port());
+  const std::string body = json{{"prompt", "Lily"}, {"max_tokens", 2}}.dump();
+  char len[16];
+  std::snprintf(len, sizeof len, "%zx", body.size());
+  REQUIRE(ok.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + std::string(len) + "\r\n" + body +
+                  "\r\n0\r\n\r\n"));
+  CHECK(ok.read(10, "}}").rfind("HTTP/1.1 200", 0) == 0);
+  s.server->stop();
+}

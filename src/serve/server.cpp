@@ -15,7 +15,8 @@
 //     its request the longest (1 s at least) is closed, so real requests get a worker within about
 //     a second; GET requests (/health, /v1/models) are then answered by two reserve workers, even
 //     while every worker holds a stream;
-//   - a Content-Length over max_body_bytes gets 413 at once, without reading the body;
+//   - a Content-Length over max_body_bytes gets 413 at once, without reading the body; a chunked
+//     body gets 413 as soon as the request has taken more than its byte budget;
 //   - a client that goes away (closed socket, failed stream write) cancels its sequence before the
 //     engine's next step;
 //   - stop() lets in-flight requests finish for shutdown_grace_s, ends every stream with a final
@@ -94,6 +95,8 @@ struct Conn {
   Clock::time_point since;    // start of the phase (guarded by ConnTable::mu)
   Clock::time_point deadline; // while Reading: the request must be complete by then (owner thread only)
   bool deadline_hit = false;  // owner thread only
+  size_t read_bytes = 0;      // bytes of the current request read so far (owner thread only)
+  bool too_large = false;     // the current request went past its byte budget (owner thread only)
   bool evicted = false;       // guarded by ConnTable::mu
   bool close_after = false;   // the response refused the request's body: close once it is sent (owner thread only)
 };
@@ -180,8 +183,10 @@ struct ConnTable {
 // (100 ms) so deadlines and shutdown are seen promptly.
 class GuardStream : public httplib::Stream {
  public:
-  GuardStream(Conn& c, ConnTable& t, double read_timeout_s, double write_timeout_s)
-      : c_(c), t_(t), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s) {}
+  // `budget`: the most bytes one request (headers, body and chunk framing) may take: a chunked
+  // body has no Content-Length to refuse up front, and httplib would read any amount of it.
+  GuardStream(Conn& c, ConnTable& t, double read_timeout_s, double write_timeout_s, size_t budget)
+      : c_(c), t_(t), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s), budget_(budget) {}
 
   bool buffered() const { return off_ < len_; }
 
@@ -207,7 +212,9 @@ class GuardStream : public httplib::Stream {
   }
 
   bool is_readable() const override { return buffered() || wait(POLLIN, read_timeout_s_); }
-  bool is_writable() const override { return !c_.deadline_hit && wait(POLLOUT, write_timeout_s_) && !peer_gone(); }
+  bool is_writable() const override {
+    return !c_.deadline_hit && !c_.too_large && wait(POLLOUT, write_timeout_s_) && !peer_gone();
+  }
 
   ssize_t read(char* ptr, size_t size) override {
     if (!buffered()) {
@@ -219,6 +226,10 @@ class GuardStream : public httplib::Stream {
       off_ = 0;
       len_ = static_cast<size_t>(n);
     }
+    if (c_.phase == Phase::Reading && (c_.read_bytes += std::min(size, len_ - off_)) > budget_) {
+      c_.too_large = true;  // the 413 is sent by the connection loop
+      return -1;
+    }
     size_t k = std::min(size, len_ - off_);
     std::memcpy(ptr, buf_ + off_, k);
     off_ += k;
@@ -226,7 +237,7 @@ class GuardStream : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (c_.deadline_hit) return -1;  // the 408 is sent by the connection loop instead
+    if (c_.deadline_hit || c_.too_large) return -1;  // the 408 / 413 is sent by the connection loop instead
     if (!wait(POLLOUT, write_timeout_s_)) return -1;
     ssize_t n;
     do n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
@@ -271,6 +282,7 @@ class GuardStream : public httplib::Stream {
   Conn& c_;
   ConnTable& t_;
   double read_timeout_s_, write_timeout_s_;
+  size_t budget_;
   char buf_[4096];
   size_t off_ = 0, len_ = 0;
 };
@@ -377,6 +389,10 @@ class GuardedHttp : public httplib::Server {
   ConnTable table;
   double request_timeout_s = 10, write_timeout_s = 5, keep_alive_s = 2;
   size_t keep_alive_max = 100;
+  size_t max_body_bytes = 1 << 20;
+  std::string body_limit_message;  // the 413's text
+  // Headers and chunk framing beside the body: httplib takes 8 KiB per header line.
+  static constexpr size_t kHeaderBudget = 256 * 1024;
 
   // One connection, on the calling worker; a reserve worker serves one request, then closes.
   void serve(int fd, bool reserve) { process_connection(fd, reserve ? 1 : keep_alive_max); }
@@ -421,13 +437,15 @@ class GuardedHttp : public httplib::Server {
                "too_many_connections", "Retry-After: 1\r\n");
     } else {
       t_conn = &c;
-      GuardStream strm(c, table, request_timeout_s, write_timeout_s);
+      GuardStream strm(c, table, request_timeout_s, write_timeout_s,
+                       max_body_bytes + max_body_bytes / 8 + kHeaderBudget);
       for (size_t n = 0; n < max_requests && svr_sock_ != INVALID_SOCKET && !table.closing_waiting; ++n) {
         // Idle (keep-alive) until the first byte of the next request, then its deadline runs.
         if (!strm.buffered() && !strm.wait(POLLIN, keep_alive_s)) break;
         c.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(request_timeout_s));
         table.set_phase(&c, Phase::Reading);
+        c.read_bytes = 0;
         bool closed = false;
         ret = process_request(strm, n + 1 == max_requests || table.closing_waiting.load(), closed, nullptr);
         if (c.deadline_hit) {
@@ -436,6 +454,9 @@ class GuardedHttp : public httplib::Server {
                    fmt::format("the request's headers and body did not arrive within {} s (--request-timeout)",
                                request_timeout_s),
                    "request_timeout");
+          ret = false;
+        } else if (c.too_large) {
+          send_raw(sock, 413, "Payload Too Large", body_limit_message, "request_too_large");
           ret = false;
         }
         if (!ret || closed || c.close_after) break;
@@ -709,6 +730,8 @@ struct Server::Impl {
     // (~40 ms on Linux) on every reused connection: a 2 ms request took 44 ms from the second on.
     http.set_tcp_nodelay(true);
     http.table.max_client_conns = opts.max_client_conns;
+    http.max_body_bytes = opts.max_body_bytes;
+    http.body_limit_message = body_limit_message(cx);
     // Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows
     // the accept queue and connections are dropped. Keep the listening socket's fd (with httplib's
     // usual SO_REUSEADDR) so start() can raise the backlog after binding.
