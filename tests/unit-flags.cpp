@@ -78,3 +78,37 @@ TEST_CASE("engine flags: --precision reaches the engine (generate) and the repor
   CHECK(engine["op_tables"][0]["name"] == "cpu-batch-invariant");
   CHECK(rep["environment"]["op_tables"].size() >= 2);  // every table this machine has
 }
+
+TEST_CASE("generate: sampling, seed, batch and beam values out of range exit 2 in one line naming the flag") {
+  struct Case {
+    const char* args;
+    const char* line;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"--temperature nan", "error: --temperature must be a number from 0 to 10 (got nan)\n"},
+           {"--temperature inf", "error: --temperature must be a number from 0 to 10 (got inf)\n"},
+           {"--temperature -1", "error: --temperature must be a number from 0 to 10 (got -1)\n"},
+           {"--top-p nan", "error: --top-p must be a number in (0, 1] (got nan)\n"},
+           {"--top-p 0", "error: --top-p must be a number in (0, 1] (got 0)\n"},
+           {"--top-k -2", "error: --top-k must be an integer from 0 to 1048576 (got -2)\n"},
+           {"--seed -1", "error: --seed must be an integer from 0 to 18446744073709551615 (got '-1')\n"},
+           {"--seed 0x10", "error: --seed must be an integer from 0 to 18446744073709551615 (got '0x10')\n"},
+           {"--seed 18446744073709551616",
+            "error: --seed must be an integer from 0 to 18446744073709551615 (got '18446744073709551616')\n"},
+           {"--batch-size 20000", "error: --batch-size must be an integer from 1 to 4096 (got 20000)\n"},
+           {"--batch-size 0", "error: --batch-size must be an integer from 1 to 4096 (got 0)\n"},
+           {"--beam-width 20000", "error: --beam-width must be an integer from 0 to 256 (got 20000)\n"},
+           {"--beam-width -1", "error: --beam-width must be an integer from 0 to 256 (got -1)\n"},
+           {"--max-tokens 0", "error: --max-tokens must be an integer from 1 to 1048576 (got 0)\n"},
+       }) {
+    CAPTURE(k.args);
+    const std::string args = k.args;
+    test::CmdResult r =
+        test::run_cli("generate " + (args.find("--max-tokens") == 0 ? args : "--max-tokens 2 " + args));
+    CHECK(r.code == 2);
+    CHECK(r.output == k.line);
+  }
+  // The largest seed is accepted.
+  test::CmdResult ok = test::run_cli("generate --max-tokens 2 --temperature 1 --seed 18446744073709551615");
+  CHECK(ok.code == 0);
+}

@@ -5,7 +5,10 @@
 // query string.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -240,4 +243,80 @@ TEST_CASE(
   std::string files = test::slurp_dir(dir);
   CHECK(files.find(secret) == std::string::npos);
   CHECK(files.find("/v1?api-version=2024-01-01&api_key=[REDACTED]") != std::string::npos);
+}
+
+namespace {
+
+// A closed loop of `total` requests, `concurrency` in flight, through one client; stopped after
+// `limit_s` (what is left is then aborted). Returns the client's stats.
+RemoteStats closed_loop(const EndpointSpec& spec, int concurrency, int total, double limit_s, int* failed = nullptr,
+                        int* aborted = nullptr) {
+  RemoteClient client(spec, concurrency);
+  RequestParams q;
+  q.prompt = "reset me";
+  q.decoding.id = "greedy";
+  q.decoding.max_tokens = 4;
+  int submitted = 0;
+  std::function<void(RemoteResult&&)> done = [&](RemoteResult&& r) {
+    if (r.aborted && aborted) ++*aborted;
+    else if (!r.error.empty() && failed) ++*failed;
+    if (submitted < total) {
+      ++submitted;
+      client.submit(q, done);
+    }
+  };
+  for (; submitted < concurrency && submitted < total; ++submitted) client.submit(q, done);
+  std::atomic<bool> stop{false};
+  std::thread timer([&] {
+    for (double t0 = now_s(); !stop && now_s() - t0 < limit_s;) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop = true;
+  });
+  client.run(&stop);
+  stop = true;
+  timer.join();
+  return client.stats();
+}
+
+}  // namespace
+
+TEST_CASE("connection resets on kept-alive connections are counted: the POSTs received equal the attempts") {
+  FaultServer srv;
+  // Of the first 102 requests to arrive, every third is reset before any response byte; most of
+  // them arrive on a connection an earlier response left open.
+  std::vector<Fault> faults;
+  for (int i = 0; i < 34; ++i) faults.insert(faults.end(), {Fault::none, Fault::none, Fault::reset});
+  srv.push_faults(faults);
+  auto spec = spec_for(srv, false);
+  spec.max_retries = 10;
+  spec.backoff_max_s = 0.02;
+  int failed = 0, aborted = 0;
+  RemoteStats st = closed_loop(spec, 8, 80, 30, &failed, &aborted);
+  CHECK(aborted == 0);
+  CHECK(failed == 0);
+  CHECK(st.succeeded == 80);
+  CHECK(st.attempt_errors["reset"] == 34);
+  CHECK(st.retries == 34);
+  CHECK(st.attempts == 80 + 34);
+  CHECK(srv.requests.load() == st.attempts);
+}
+
+TEST_CASE("a Retry-After longer than --timeout waits at most --timeout before the retry") {
+  test::FaultServerOptions o;
+  o.retry_after_s = 999999;
+  FaultServer srv(o);
+  srv.push_faults({Fault::http429, Fault::http429});
+  auto spec = spec_for(srv, false);
+  spec.max_retries = 2;
+  spec.total_timeout_s = 0.5;
+  spec.read_timeout_s = 0.5;
+  int failed = 0, aborted = 0;
+  const double t0 = now_s();
+  RemoteStats st = closed_loop(spec, 1, 1, 10, &failed, &aborted);
+  const double took = now_s() - t0;
+  CAPTURE(took);
+  CHECK(aborted == 0);
+  CHECK(st.succeeded == 1);
+  CHECK(st.attempts == 3);
+  CHECK(took >= 0.95);  // each wait is the whole --timeout (the most of the server's ask it honours)
+  CHECK(took < 2.5);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <filesystem>
@@ -770,4 +771,73 @@ TEST_CASE("charts: distinct tick labels, one colour per mode everywhere, drift s
   CHECK(hc.find("id=\"chart-divergence\"") == std::string::npos);
   CHECK(hc.find("no completion differs from its case&#39;s majority in tokens") != std::string::npos);
   CHECK(hc.find("no data") == std::string::npos);
+}
+
+TEST_CASE("terminal summary, drift text and progress line show control bytes from prompts files as \\xNN") {
+  // A task, variant or prompt id that would set the terminal's title and clear its screen.
+  const std::string esc = "\x1b]0;owned\x07\x1b[2J\r";
+  const std::string shown = "\\x1b]0;owned\\x07\\x1b[2J\\x0d";
+  AuditReport r;
+  TaskVariants t;
+  t.task = "task" + esc;
+  VariantResult v;
+  v.task = t.task;
+  v.variant = "variant" + esc;
+  v.prompt_id = "p" + esc;
+  t.variants.push_back(v);
+  t.overall.task = t.task;
+  t.finding = "finding" + esc;
+  r.variants.push_back(t);
+  CaseResult c;
+  c.prompt_id = "p" + esc;
+  c.decoding_id = "greedy" + esc;
+  c.mode = "mode" + esc;
+  c.divergent = true;
+  r.cases.push_back(c);
+  const std::string out = to_terminal(r);
+  CAPTURE(out);
+  for (char ctl : {'\x1b', '\x07', '\r'}) CHECK(out.find(ctl) == std::string::npos);
+  CHECK(out.find("task" + shown) != std::string::npos);
+  CHECK(out.find("variant" + shown) != std::string::npos);
+  CHECK(out.find("finding" + shown) != std::string::npos);
+  CHECK(out.find("greedy" + shown) != std::string::npos);
+  CHECK(out.find('\n') != std::string::npos);  // lines stay lines
+
+  Drift d;
+  d.cases.push_back({"p" + esc, "greedy", "mode", "changed", {"unique 1 -> 3"}});
+  const std::string dt = drift_text(d, "a" + esc, "b");
+  CHECK(dt.find('\x1b') == std::string::npos);
+  CHECK(dt.find("changed p" + shown) != std::string::npos);
+
+  ProgressState p;
+  p.total_cells = 2;
+  p.done_cells = 1;
+  p.current = "p" + esc;
+  const std::string line = progress_line(p);
+  CHECK(line.find('\x1b') == std::string::npos);
+  CHECK(line.find("p" + shown) != std::string::npos);
+}
+
+TEST_CASE("a NUL in a prompt id or text is kept through run and shown as \\x00 by diff and report, not cut there") {
+  auto dir = test::scratch_dir("report-nul");
+  {
+    std::ofstream f(dir / "p.jsonl", std::ios::binary);
+    f << R"({"id":"a\u0000b","prompt":"Lily\u0000 went to the park"})" << "\n";
+  }
+  for (int n : {2, 3}) {
+    test::CmdResult r = test::run_cli("run -q --prompts '" + (dir / "p.jsonl").string() + "' --max-tokens " +
+                                      std::to_string(n) + " --repeats 1 --batch-sizes 1 --modes batch-invariant --out '" +
+                                      (dir / ("r" + std::to_string(n))).string() + "'");
+    REQUIRE(r.code == 0);
+  }
+  const nlohmann::json rep = nlohmann::json::parse(test::slurp(dir / "r2" / "report.json"));
+  CHECK(rep["prompts"][std::string("a\0b", 3)] == std::string("Lily\0 went to the park", 22));
+  test::CmdResult d = test::run_cli("diff '" + (dir / "r2" / "report.json").string() + "' '" +
+                                    (dir / "r3" / "report.json").string() + "'");
+  CAPTURE(d.output);
+  CHECK(d.output.find('\0') == std::string::npos);
+  // Both cases (f32 and bf16) are listed in full after the NUL of their id.
+  size_t at = 0, listed = 0;
+  while ((at = d.output.find("changed a\\x00b [greedy] batch-invariant", at)) != std::string::npos) ++listed, ++at;
+  CHECK(listed == 2);
 }

@@ -15,6 +15,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +26,7 @@
 
 #include "repro/engine/engine.hpp"
 #include "repro/model/model.hpp"
+#include "repro/serve/api.hpp"
 #include "repro/serve/server.hpp"
 #include "test_util.hpp"
 
@@ -374,5 +378,203 @@ TEST_CASE("serve: numbers beyond double or int64 get 400 naming the field; top-N
     REQUIRE(m.contains(lp["tokens"][i].get<std::string>()));
     CHECK(m[lp["tokens"][i].get<std::string>()].get<double>() == lp["token_logprobs"][i].get<double>());
   }
+  s.server->stop();
+}
+
+TEST_CASE("serve: a body nested 100,000 or 400,000 deep gets 400 naming the nesting limit; the server lives on") {
+  REPRO_REQUIRE_MODELS(dir);
+  Served s(dir);
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(30, 0);
+  auto nested = [](const std::string& open, const std::string& close, int depth) {
+    std::string v;
+    v.reserve((open.size() + close.size()) * static_cast<size_t>(depth) + 2);
+    for (int i = 0; i < depth; ++i) v += open;
+    v += "1";
+    for (int i = 0; i < depth; ++i) v += close;
+    return v;
+  };
+  struct Case {
+    const char* path;
+    std::string body;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
+                              nested("{\"a\":", "}", 100000) + "}}}"},
+      {"/v1/completions", R"({"prompt":"a","stop":)" + nested("[", "]", 400000) + "}"},
+      {"/v1/completions", R"({"prompt":)" + nested("[", "]", 400000) + "}"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":)" + nested("[", "]", 400000) + "}]}"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.path);
+    CAPTURE(k.body.substr(0, 80));
+    REQUIRE(k.body.size() < (1u << 20));
+    auto r = c.Post(k.path, k.body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    const json e = json::parse(r->body)["error"];
+    CHECK(e["code"] == "invalid_json");
+    CHECK(e["type"] == "invalid_request_error");
+    CHECK(e["message"].get<std::string>().find("nested deeper than 256 levels") != std::string::npos);
+  }
+  // 256 levels are still accepted as JSON (then refused, or not, for what they mean).
+  auto ok = c.Post("/v1/completions", R"({"prompt":"a","stop":)" + nested("[", "]", 254) + "}", "application/json");
+  REQUIRE(ok);
+  CHECK(ok->status == 400);
+  CHECK(ok->body.find("'stop' must hold non-empty strings") != std::string::npos);
+  auto r = c.Post("/v1/completions", json{{"prompt", "Lily"}, {"max_tokens", 4}}.dump(), "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  s.server->stop();
+}
+
+TEST_CASE("serve: /health and /v1/models answer within a second while every HTTP worker holds a stream") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.http_threads = 4;
+  so.shutdown_grace_s = 0;
+  // Each step takes at least 5 ms: 2000 tokens keep a stream open for 10 s or more.
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+  Served s(dir, so);
+  const int port = s.server->port();
+  json q = {{"prompt", "Lily"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
+  std::vector<std::unique_ptr<Sock>> streams;
+  for (int i = 0; i < so.http_threads; ++i) {
+    streams.push_back(std::make_unique<Sock>(port));
+    REQUIRE(streams.back()->send(http_post("/v1/completions", q)));
+  }
+  for (auto& k : streams) REQUIRE(k->read(10, "data: ").find("data: ") != std::string::npos);
+  // One more generation request waits for a worker; it is not refused.
+  Sock waiting(port);
+  REQUIRE(waiting.send(http_post("/v1/completions", json{{"prompt", "Lily"}, {"max_tokens", 4}})));
+  for (int round = 0; round < 3; ++round) {
+    for (const char* path : {"/health", "/v1/models"}) {
+      CAPTURE(round);
+      CAPTURE(path);
+      Sock h(port);
+      REQUIRE(h.fd >= 0);
+      auto t0 = Clock::now();
+      h.send(std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\n\r\n");
+      std::string r = h.read(3, "}");
+      CHECK(r.rfind("HTTP/1.1 200", 0) == 0);
+      CHECK(since(t0) < 1.0);
+    }
+  }
+  // The generation request still waits for a worker of its own: neither refused nor answered early.
+  CHECK(waiting.read(0.2).empty());
+  for (auto& k : streams) k->close();
+  std::string w = waiting.read(10, "}}");
+  CHECK(w.rfind("HTTP/1.1 200", 0) == 0);
+  s.server->stop();
+}
+
+TEST_CASE("serve: a Content-Length over --max-body-bytes gets 413 at once, without waiting for the body") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.max_body_bytes = 4096;
+  Served s(dir, so);
+  const int port = s.server->port();
+  for (const char* len : {"10000000000", "4097", "99999999999999999999999999"}) {
+    CAPTURE(len);
+    Sock k(port);
+    auto t0 = Clock::now();
+    REQUIRE(k.send(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               "Content-Length: ") + len + "\r\n\r\n{\"prompt\":"));
+    bool eof = false;
+    std::string r = k.read(5, "", &eof);
+    CHECK(since(t0) < 1.0);
+    CHECK(eof);
+    CHECK(r.rfind("HTTP/1.1 413", 0) == 0);
+    CHECK(r.find("larger than this server's limit of 4096 bytes (--max-body-bytes)") != std::string::npos);
+    CHECK(r.find("Connection: close") != std::string::npos);
+  }
+  // At the limit the body is read as usual.
+  httplib::Client c("127.0.0.1", port);
+  std::string body = json{{"prompt", "Lily"}, {"max_tokens", 2}}.dump();
+  body += std::string(4096 - body.size(), ' ');
+  auto r = c.Post("/v1/completions", body, "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  s.server->stop();
+}
+
+TEST_CASE("fuzz corpus fuzz/corpus/request replays through the fuzz entry without a trap (regression)") {
+  const std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "request";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    CAPTURE(e.path().filename().string());
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string bytes = ss.str();
+    CHECK(serve::fuzz_request_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
+    ++files;
+  }
+  CHECK(files >= 30);
+}
+
+TEST_CASE("serve: a NUL inside a prompt or a chat message is kept: it is one more prompt token, not the end") {
+  REPRO_REQUIRE_MODELS(dir);
+  Served s(dir);
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(30, 0);
+  auto prompt_tokens = [&](const char* path, const json& q) {
+    auto r = c.Post(path, q.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body)["usage"]["prompt_tokens"].get<int>();
+  };
+  const std::string plain = "Lily went to the park", with_nul = std::string("Lily\0 went to the park", 22);
+  const int base = prompt_tokens("/v1/completions", {{"prompt", plain}, {"max_tokens", 1}});
+  CHECK(prompt_tokens("/v1/completions", {{"prompt", with_nul}, {"max_tokens", 1}}) == base + 1);
+  auto chat = [](const std::string& text) {
+    return json{{"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", 1}};
+  };
+  CHECK(prompt_tokens("/v1/chat/completions", chat(with_nul)) == prompt_tokens("/v1/chat/completions", chat(plain)) + 1);
+  // The text offsets of the answer count the prompt's bytes, the NUL included.
+  auto r = c.Post("/v1/completions", json{{"prompt", with_nul}, {"max_tokens", 1}, {"logprobs", 0}}.dump(),
+                  "application/json");
+  REQUIRE(r);
+  CHECK(json::parse(r->body)["choices"][0]["logprobs"]["text_offset"][0] == 22);
+  s.server->stop();
+}
+
+TEST_CASE("serve: a chunked body growing past --max-body-bytes gets 413 once it is over, not at the deadline") {
+  REPRO_REQUIRE_MODELS(dir);
+  ServerOptions so;
+  so.max_body_bytes = 4096;
+  Served s(dir, so);
+  Sock k(s.server->port());
+  REQUIRE(k.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n"));
+  const std::string chunk = "4000\r\n" + std::string(0x4000, ' ') + "\r\n";  // 16 KiB per chunk, never the last
+  size_t sent = 0;
+  std::string r;
+  bool eof = false;
+  auto t0 = Clock::now();
+  while (since(t0) < 3 && r.empty() && !eof) {
+    pollfd p{k.fd, POLLOUT, 0};
+    if (::poll(&p, 1, 10) > 0 && (p.revents & POLLOUT)) {
+      ssize_t n = ::send(k.fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    r += k.read(0.01, "", &eof);
+  }
+  r += k.read(2, "}}", &eof);
+  CAPTURE(sent);
+  CHECK(since(t0) < 1.5);
+  CHECK(r.rfind("HTTP/1.1 413", 0) == 0);
+  CHECK(r.find("larger than this server's limit of 4096 bytes (--max-body-bytes)") != std::string::npos);
+  // A chunked body within the limit is read as usual.
+  Sock ok(s.server->port());
+  const std::string body = json{{"prompt", "Lily"}, {"max_tokens", 2}}.dump();
+  char len[16];
+  std::snprintf(len, sizeof len, "%zx", body.size());
+  REQUIRE(ok.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + std::string(len) + "\r\n" + body +
+                  "\r\n0\r\n\r\n"));
+  CHECK(ok.read(10, "}}").rfind("HTTP/1.1 200", 0) == 0);
   s.server->stop();
 }

@@ -17,6 +17,7 @@
 #include "repro/engine/engine.hpp"
 #include "repro/engine/json_schema.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 
@@ -44,7 +45,7 @@ std::string progress_line(const ProgressState& p) {
   }
   std::string line = fmt::format("[{}] {}/{} cells, {:.0f}% of tokens  {:.0f}s elapsed  {}", bar, p.done_cells,
                                  p.total_cells, 100.0 * share, p.elapsed_s, eta);
-  if (!p.current.empty()) line += "  " + p.current;
+  if (!p.current.empty()) line += "  " + printable(p.current);  // a prompt id from a file: no raw control bytes
   line += fmt::format("  divergent cases: {}", p.divergent_cases);
   return line;
 }

@@ -34,7 +34,7 @@ int run_diff(const DiffOptions& o) {
   if (o.json)
     std::fputs((drift_json(d).dump(2) + "\n").c_str(), stdout);
   else
-    std::fputs(drift_text(d, o.a, o.b).c_str(), stdout);
+    write_text(drift_text(d, o.a, o.b), stdout);
   return d.drifted() ? kExitDivergent : kExitOk;
 }
 }  // namespace

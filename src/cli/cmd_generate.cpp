@@ -1,6 +1,9 @@
 // `repro-audit generate`: one completion from the local engine, optionally inside a real batch.
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "repro/audit/batch_context.hpp"
@@ -23,7 +26,8 @@ struct GenerateOptions {
   std::string prompt = "Once upon a time";
   int max_tokens = 32, batch_size = 1, position = 0, beam_width = 0;
   int mate_join_step = 0, mate_prompt_delta = 0, mate_prompt_tokens = 0;
-  uint64_t seed = 0, filler_seed = 1;
+  // Seeds are checked as text: CLI11 reads "-1" into an unsigned as 2^64 - 1, "0x10" as 16.
+  std::string seed = "0", filler_seed = "1";
   float temperature = 0, top_p = 1;
   int top_k = 0;
   std::vector<std::string> stop;
@@ -31,7 +35,40 @@ struct GenerateOptions {
   bool json = false;
 };
 
+// The decimal integer `text` in 0..2^64-1, else UsageError naming `flag` and the range.
+uint64_t parse_u64(const std::string& text, const char* flag) {
+  const bool digits = !text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = digits ? std::strtoull(text.c_str(), &end, 10) : 0;
+  if (!digits || errno != 0)
+    throw UsageError(fmt::format("{} must be an integer from 0 to {} (got '{}')", flag,
+                                 std::numeric_limits<uint64_t>::max(), text));
+  return static_cast<uint64_t>(v);
+}
+
+// Every numeric flag, before the model loads: one line naming the flag and its range. The ranges
+// are the ones `run` applies to the same settings (src/audit/plan_options.cpp); the beam width is
+// bounded because every beam is a batch row with its own KV cache.
+void check_ranges(const GenerateOptions& o) {
+  auto number = [](const char* flag, double v, bool ok, const char* range) {
+    if (!ok) throw UsageError(fmt::format("{} must be {} (got {})", flag, range, v));
+  };
+  auto integer = [](const char* flag, int v, int lo, int hi) {
+    if (v < lo || v > hi) throw UsageError(fmt::format("{} must be an integer from {} to {} (got {})", flag, lo, hi, v));
+  };
+  number("--temperature", o.temperature, o.temperature >= 0 && o.temperature <= 10, "a number from 0 to 10");
+  number("--top-p", o.top_p, o.top_p > 0 && o.top_p <= 1, "a number in (0, 1]");  // NaN fails both
+  integer("--top-k", o.top_k, 0, 1 << 20);
+  integer("--max-tokens", o.max_tokens, 1, 1 << 20);
+  integer("--batch-size", o.batch_size, 1, 4096);
+  integer("--beam-width", o.beam_width, 0, 256);
+  (void)parse_u64(o.seed, "--seed");
+  (void)parse_u64(o.filler_seed, "--filler-seed");
+}
+
 int run_generate(const GenerateOptions& o) {
+  check_ranges(o);
   const EngineOptions eo = o.engine.engine_options();
   std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
   auto model = load_model(resolve_model_spec(path), o.engine.tokenizer);
@@ -41,11 +78,8 @@ int run_generate(const GenerateOptions& o) {
   req.params.temperature = o.temperature;
   req.params.top_k = o.top_k;
   req.params.top_p = o.top_p;
-  req.params.seed = o.seed;
+  req.params.seed = parse_u64(o.seed, "--seed");
   req.params.stop = o.stop;
-  if (o.temperature < 0) throw UsageError("--temperature must be >= 0");
-  if (o.top_p <= 0 || o.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
-  if (o.top_k < 0) throw UsageError("--top-k must be >= 0");
   std::shared_ptr<JsonConstraint> schema;
   if (!o.json_schema.empty()) {
     if (o.beam_width > 0) throw UsageError("--json-schema constrains sampling; drop --beam-width");
@@ -62,8 +96,8 @@ int run_generate(const GenerateOptions& o) {
     run.probe = engine.beam_search(req.prompt, o.beam_width, o.max_tokens);
   else
     run = run_in_batch(engine, req,
-                       BatchContext{o.batch_size, o.position, o.filler_seed, o.mate_join_step, o.mate_prompt_delta,
-                                    o.mate_prompt_tokens});
+                       BatchContext{o.batch_size, o.position, parse_u64(o.filler_seed, "--filler-seed"),
+                                    o.mate_join_step, o.mate_prompt_delta, o.mate_prompt_tokens});
   const GenResult& r = run.probe;
   if (o.json) {
     nlohmann::json j = {{"model", path},
@@ -82,7 +116,7 @@ int run_generate(const GenerateOptions& o) {
                         {"batch_size", o.batch_size},
                         {"position", o.position},
                         {"fillers", run.fillers.ids},
-                        {"seed", o.seed},
+                        {"seed", req.params.seed},
                         {"latency_s", r.latency_s}};
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
   } else {
@@ -97,10 +131,12 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   auto* sub = parent.add_subcommand("generate", "Generate one completion with the local engine");
   add_engine_flags(*sub, o->engine);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
-  sub->add_option("--batch-size", o->batch_size, "Decode inside a real batch of this many sequences")->capture_default_str();
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (1 to 1048576)")->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Decode inside a real batch of this many sequences (1 to 4096)")->capture_default_str();
   sub->add_option("--position", o->position, "The prompt's row in the batch (0-based)")->capture_default_str();
-  sub->add_option("--filler-seed", o->filler_seed, "Seed that draws the filler sequences")->capture_default_str();
+  sub->add_option("--filler-seed", o->filler_seed, "Seed that draws the filler sequences (0 to 2^64-1)")
+      ->type_name("UINT")
+      ->capture_default_str();
   sub->add_option("--mate-join-step", o->mate_join_step,
                   "The last batch mate joins after this many steps (0 = with the others; its prefill then shares a "
                   "forward pass with the decode of the others)")
@@ -113,14 +149,14 @@ void setup_generate(CLI::App& parent, Runner& runner) {
                   "The last batch mate's prompt: this many tokens of generated story text (0 = its filler prompt)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
-  sub->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  sub->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
-  sub->add_option("--top-p", o->top_p, "Top-p (1 = off)")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Sampling seed (0 to 2^64-1)")->type_name("UINT")->capture_default_str();
+  sub->add_option("--temperature", o->temperature, "Sampling temperature, 0 to 10 (0 = greedy)")->capture_default_str();
+  sub->add_option("--top-k", o->top_k, "Top-k, 0 to 1048576 (0 = off)")->capture_default_str();
+  sub->add_option("--top-p", o->top_p, "Top-p, in (0, 1] (1 = off)")->capture_default_str();
   sub->add_option("--stop", o->stop, "Stop string (repeatable)");
   sub->add_option("--json-schema", o->json_schema,
                   "Constrain the output to JSON conforming to this JSON Schema file (structured output)");
-  sub->add_option("--beam-width", o->beam_width, "Beam search with this width (0 = off)")->capture_default_str();
+  sub->add_option("--beam-width", o->beam_width, "Beam search with this width, 0 to 256 (0 = off)")->capture_default_str();
   sub->add_flag("--json", o->json, "JSON output: token ids, chosen-token logprobs, SHA-256 of the final logits");
   sub->callback([o, &runner] { runner = [o] { return run_generate(*o); }; });
 }

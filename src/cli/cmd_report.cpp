@@ -31,7 +31,7 @@ int run_report(const ReportOptions& o) {
     std::fprintf(stderr, "report '%s': digest OK\n", o.input.c_str());
   }
   if (o.formats.empty() && o.out.empty()) {
-    std::fputs(to_terminal(r).c_str(), stdout);
+    write_text(to_terminal(r), stdout);
     return kExitOk;
   }
   auto formats = parse_formats(o.formats.empty() ? "json,md,html,junit" : o.formats);

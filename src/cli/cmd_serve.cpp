@@ -131,14 +131,14 @@ void setup_serve(CLI::App& parent, Runner& runner) {
       ->capture_default_str();
   sub->add_option("--api-key-env", o->api_key_env,
                   "Require 'Authorization: Bearer <key>' with the key read from this environment variable");
-  sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (else 413)")
+  sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (else 413, at once when Content-Length says more)")
       ->check(CLI::Range(static_cast<size_t>(64), static_cast<size_t>(1) << 30))
       ->capture_default_str();
   sub->add_option("--max-tokens-limit", o->max_tokens_limit, "Largest max_tokens accepted (else 400)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--model-name", o->model_name, "Name clients use in 'model' (default: the file's stem)");
-  sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: max(64, 2 x --max-batch + 8))")
+  sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: max(64, 2 x --max-batch + 8)); two more answer GET requests (/health) when all are busy")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   sub->add_option("--request-timeout", o->request_timeout,

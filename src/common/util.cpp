@@ -213,6 +213,21 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+void write_text(std::string_view s, std::FILE* f) { (void)std::fwrite(s.data(), 1, s.size(), f); }
+
+std::string printable_lines(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t from = 0; from <= s.size();) {
+    const size_t nl = s.find('\n', from);
+    out += printable(s.substr(from, nl == std::string_view::npos ? std::string_view::npos : nl - from));
+    if (nl == std::string_view::npos) break;
+    out += '\n';
+    from = nl + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

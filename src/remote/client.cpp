@@ -8,8 +8,10 @@
 //
 // Faults: 429 and 5xx, timeouts, connect errors, resets, cut streams, invalid JSON and empty choices
 // are retried up to spec.max_retries with exponential backoff and jitter (Retry-After honoured,
-// capped at retry_after_max_s); other 4xx and TLS failures are not retried. A request that fails
-// for good is delivered with RemoteResult::error = "<cause>: <detail> (after N attempts)".
+// capped at retry_after_max_s; no wait longer than total_timeout_s); other 4xx and TLS failures are
+// not retried. libcurl's own silent re-send on a dead kept-alive connection is refused (on_seek), so
+// every attempt the server can have seen is one counted here. A request that fails for good is
+// delivered with RemoteResult::error = "<cause>: <detail> (after N attempts)".
 //
 // TLS: peer and host verification always on; CAINFO from spec.ca_cert. No insecure switch.
 // Secrets: the key only ever goes into the curl header list; every string produced here (errors,
@@ -224,6 +226,7 @@ struct Job {
   HttpRequestSpec req;
   RemoteClient::Callback done;
   int attempt = 0;  // attempts started
+  bool fresh = false;  // the next attempt opens a new connection (the last one died on a kept-alive one)
 };
 
 struct Transfer {
@@ -240,7 +243,9 @@ struct Transfer {
   double retry_after = -1;
   std::string cache_header;  // cache-hit headers of the response (cache_hit_header), "; "-joined
   size_t received = 0;  // body bytes so far, streamed or not (bounded by spec.max_response_bytes)
+  size_t sent = 0;      // request body bytes handed to libcurl (on_read)
   bool timed_out = false, too_big = false;
+  bool resend_refused = false;  // libcurl wanted to send the request again by itself (on_seek)
   char errbuf[CURL_ERROR_SIZE] = {0};
 };
 
@@ -308,6 +313,29 @@ struct RemoteClient::Impl {
     return len;
   }
 
+  // The request body goes to libcurl through a read callback, not CURLOPT_POSTFIELDS, so that
+  // sending it a second time needs a rewind (on_seek).
+  static size_t on_read(char* buf, size_t size, size_t n, void* ud) {
+    auto* t = static_cast<Transfer*>(ud);
+    const std::string& body = t->job->req.body;
+    const size_t k = std::min(size * n, body.size() - t->sent);
+    std::memcpy(buf, body.data() + t->sent, k);
+    t->sent += k;
+    return k;
+  }
+
+  // libcurl sends a request again by itself when the kept-alive connection it reused turns out to
+  // be dead before any response byte ("Connection died, retrying a fresh connect"): an attempt the
+  // server may well have received, outside max_retries and counted nowhere. That re-send rewinds
+  // the body first; refusing the rewind ends the attempt with CURLE_SEND_FAIL_REWIND, which finish()
+  // counts as a reset and retries (or not) like any other, on a fresh connection.
+  static int on_seek(void* ud, curl_off_t offset, int origin) {
+    auto* t = static_cast<Transfer*>(ud);
+    if (origin == SEEK_SET && offset == 0 && t->sent == 0) return CURL_SEEKFUNC_OK;  // nothing sent yet
+    t->resend_refused = true;
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+
   CURL* take_easy() {
     if (!pool.empty()) {
       CURL* e = pool.back();
@@ -330,8 +358,13 @@ struct RemoteClient::Impl {
     CURL* e = t->easy;
     curl_easy_setopt(e, CURLOPT_URL, j.req.url.c_str());
     curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, j.req.body.c_str());
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, &Impl::on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, t);
+    curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, &Impl::on_seek);
+    curl_easy_setopt(e, CURLOPT_SEEKDATA, t);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(j.req.body.size()));
+    if (j.fresh) curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+    j.fresh = false;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->hdrs);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
@@ -385,6 +418,11 @@ struct RemoteClient::Impl {
     if (code != CURLE_OK) {
       std::string msg = t->errbuf[0] ? t->errbuf : curl_easy_strerror(code);
       detail = "curl: " + msg;
+      if (code == CURLE_SEND_FAIL_REWIND && t->resend_refused) {
+        detail = "the connection was closed before any response byte (a kept-alive connection; the request may "
+                 "have reached the server)";
+        return FailCause::reset;
+      }
       switch (code) {
         case CURLE_OPERATION_TIMEDOUT: return FailCause::timeout;
         case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY:
@@ -438,13 +476,16 @@ struct RemoteClient::Impl {
 
   double backoff(const Job& j, double retry_after) {
     const EndpointSpec& s = spec();
+    // No wait is longer than one attempt may take (--timeout): a Retry-After of days, or a long
+    // backoff, would otherwise hold the request far beyond what the user allowed for it.
+    const double cap = std::min(s.retry_after_max_s, s.total_timeout_s);
     if (retry_after >= 0) {
-      double ra = std::min(retry_after, s.retry_after_max_s);
+      double ra = std::min(retry_after, cap);
       std::uniform_real_distribution<double> u(0, 0.1 * std::max(ra, 0.05));
-      return ra + u(rng);  // never earlier than the server asked
+      return std::min(ra + u(rng), cap);  // never earlier than the server asked, up to the cap
     }
     double d = s.backoff_base_s * std::ldexp(1.0, std::min(j.attempt - 1, 30));
-    d = std::min(d, s.backoff_max_s);
+    d = std::min({d, s.backoff_max_s, s.total_timeout_s});
     std::uniform_real_distribution<double> u(d / 2, d);
     return u(rng);
   }
@@ -469,6 +510,7 @@ struct RemoteClient::Impl {
       ++st.attempt_errors[cause_name(cause)];
       if (cause_retryable(cause) && job->attempt <= spec().max_retries && !stopping) {
         ++st.retries;
+        if (cause == FailCause::reset) job->fresh = true;
         timers.emplace(now + backoff(*job, cause == FailCause::http_429 || cause == FailCause::http_5xx
                                                ? retry_after : -1.0),
                        std::move(job));

@@ -10,6 +10,7 @@
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/audit/stats.hpp"
+#include "repro/common/util.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -181,7 +182,8 @@ static std::string structured_terminal(const AuditReport& r) {
   return out;
 }
 
-std::string to_terminal(const AuditReport& r) {
+namespace {
+std::string to_terminal_raw(const AuditReport& r) {
   const Summary& s = r.summary;
   std::string out;
   out += fmt::format("verdict: {} (exit {})  cases {}  divergent {}  max unique {}  completions {}  errors {}\n",
@@ -259,6 +261,11 @@ std::string to_terminal(const AuditReport& r) {
   if (r.baseline) out += baseline_text(*r.baseline);
   return out;
 }
+}  // namespace
+
+// Prompt ids, task and variant names, endpoint labels and error texts come from files and servers:
+// a control byte among them (ESC [ ... rewrites the screen) is shown as \xNN, never sent raw.
+std::string to_terminal(const AuditReport& r) { return printable_lines(to_terminal_raw(r)); }
 
 std::string baseline_text(const BaselineResult& b) {
   std::string out;
@@ -362,7 +369,8 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   return d;
 }
 
-std::string drift_text(const Drift& d, const std::string& name_a, const std::string& name_b) {
+namespace {
+std::string drift_text_raw(const Drift& d, const std::string& name_a, const std::string& name_b) {
   std::string out;
   if (!d.config.empty()) {
     out += fmt::format("configuration differs between {} and {}:\n", name_a, name_b);
@@ -382,6 +390,11 @@ std::string drift_text(const Drift& d, const std::string& name_a, const std::str
     out += "\n";
   }
   return out;
+}
+}  // namespace
+
+std::string drift_text(const Drift& d, const std::string& name_a, const std::string& name_b) {
+  return printable_lines(drift_text_raw(d, name_a, name_b));
 }
 
 nlohmann::json drift_json(const Drift& d) {

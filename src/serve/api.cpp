@@ -10,6 +10,7 @@
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/json.hpp"
 #include "repro/engine/json_schema.hpp"
 
 namespace repro::serve {
@@ -31,13 +32,12 @@ std::string body_limit_message(const ApiContext& cx) {
 
 json parse_body(const ApiContext& cx, const std::string& body) {
   if (body.size() > cx.max_body_bytes) throw ApiError(413, body_limit_message(cx), "", "request_too_large");
+  // Bounded: a value nested deeper than kMaxJsonDepth is refused here, before any copy, walk or
+  // dump of it could recurse that deep (1 MB of '[' would overflow a worker's stack).
   json b;
-  try {
-    b = json::parse(body);
-  } catch (const json::exception& e) {
-    // parse_error, and out_of_range for numbers beyond double (1e309).
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-  }
+  std::string error;
+  if (!parse_json(body, b, &error))
+    throw ApiError(400, "the request body is not valid JSON: " + error, "", "invalid_json");
   if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
   return b;
 }
@@ -388,6 +388,91 @@ json full_response(const ApiContext& cx, const Parsed& p, const GenResult& r, co
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(static_cast<int>(p.gen.prompt.size()), static_cast<int>(r.tokens.size()));
   return j;
+}
+
+
+// ---- fuzz entry (fuzz/fuzz_request.cpp; replayed by tests/unit-serve-hostile.cpp) ----
+
+namespace {
+
+// A SentencePiece vocabulary small enough to build per process: the special tokens, the 256 byte
+// tokens (byte fallback spells any text) and a few merges, plus ChatML's markers.
+const Model& fuzz_model(bool chatml) {
+  static const auto make = [](bool cm) {
+    TokenizerData d;
+    d.model = "llama";
+    auto add = [&](const std::string& t, TokenType type, float score) {
+      d.tokens.push_back(t);
+      d.types.push_back(static_cast<int>(type));
+      d.scores.push_back(score);
+    };
+    add("<unk>", TokenType::Unknown, 0);
+    add("<s>", TokenType::Control, 0);
+    add("</s>", TokenType::Control, 0);
+    for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b), TokenType::Byte, 0);
+    const char* words[] = {"\xE2\x96\x81", "a", "e", "t", "h", "\xE2\x96\x81t", "\xE2\x96\x81th", "\xE2\x96\x81the",
+                           "\xE2\x96\x81\x61", "{", "}", "\"", ":", ",", "1", "[", "]", "\xE2\x96\x81L", "i", "l", "y"};
+    float score = 0;
+    for (const char* w : words) add(w, TokenType::Normal, score -= 1);
+    add("<|im_start|>", TokenType::Control, 0);
+    add("<|im_end|>", TokenType::Control, 0);
+    d.unk_id = 0;
+    d.bos_id = 1;
+    d.eos_id = 2;
+    auto m = std::make_unique<Model>();
+    m->config.vocab_size = static_cast<int>(d.tokens.size());
+    m->config.context_length = 256;
+    m->tokenizer = make_tokenizer(d);
+    if (cm) {
+      m->chat_template.name = "chatml";
+      m->chat_template.eos_token = "<|im_end|>";
+    }
+    return m;
+  };
+  static const std::unique_ptr<Model> plain = make(false), chat = make(true);
+  return chatml ? *chat : *plain;
+}
+
+}  // namespace
+
+int fuzz_request_one(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t sel = data[0];
+  const bool chat = sel & 1;
+  ApiContext cx;
+  cx.model = &fuzz_model(sel & 4);
+  cx.name = "fuzz";
+  cx.fingerprint = "ra-fuzz";
+  cx.max_body_bytes = (sel & 2) ? 256 : 1 << 20;
+  cx.max_tokens_limit = 128;
+  const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
+  try {
+    const json b = parse_body(cx, body);
+    const Parsed p = parse_request(cx, b, chat);
+    const DecodeParams& d = p.gen.params;
+    const int vocab = cx.model->config.vocab_size, ctx = cx.model->config.context_length;
+    bool ok = !p.gen.prompt.empty() && d.max_tokens >= 1 && d.max_tokens <= cx.max_tokens_limit &&
+              static_cast<int>(p.gen.prompt.size()) + d.max_tokens <= ctx && d.temperature >= 0 &&
+              d.temperature <= 2 && d.top_p > 0 && d.top_p <= 1 && d.top_k >= 0 && d.top_k <= vocab &&
+              d.stop.size() <= 16 && p.top_logprobs >= 0 && p.top_logprobs <= 20 && p.chat == chat;
+    for (int id : p.gen.prompt) ok = ok && id >= 0 && id < vocab;
+    for (const auto& s : d.stop) ok = ok && !s.empty();
+    if (!ok) __builtin_trap();
+    // The response bodies a request like this gets (two tokens, with logprobs when asked).
+    GenResult r;
+    r.tokens = {3, 4};
+    r.logprobs = {-0.5f, -1.5f};
+    r.top_logprobs = {{{3, -0.5f}}, {{4, -1.5f}}};
+    r.text = "ab";
+    r.finish_reason = "length";
+    (void)dump(full_response(cx, p, r, "cmpl-fuzz", 0));
+  } catch (const ApiError& e) {
+    if (e.status < 400 || e.status > 499 || std::string(e.what()).empty()) __builtin_trap();
+    (void)dump(error_json(e.what(), e.type, e.param, e.code));
+  } catch (...) {
+    __builtin_trap();  // anything but a refusal would be a 500 from the server
+  }
+  return 0;
 }
 
 }  // namespace repro::serve

@@ -1,6 +1,7 @@
 // `repro-audit serve`: OpenAI-compatible HTTP server over the local Engine (cpp-httplib).
 //
-// Threads: httplib's accept thread and a worker pool run the connections; ONE engine thread
+// Threads: this file's accept thread and worker pool run the connections (httplib parses and
+// routes each request); ONE engine thread
 // (scheduler.cpp) owns the Engine. A handler validates the request (api.cpp), puts a Job on the
 // scheduler's queue and waits on it; the engine thread routes tokens and results back.
 //
@@ -11,8 +12,11 @@
 //   - one client address holds at most max_client_conns connections that are idle or still sending
 //     a request; over that, its longest-waiting one is closed, or the new one refused with 503;
 //   - when every worker is busy and connections wait, the connection that has been idle or sending
-//     its request the longest (1 s at least) is closed, so /health and real requests always get a
-//     worker within about a second;
+//     its request the longest (1 s at least) is closed, so real requests get a worker within about
+//     a second; GET requests (/health, /v1/models) are then answered by two reserve workers, even
+//     while every worker holds a stream;
+//   - a Content-Length over max_body_bytes gets 413 at once, without reading the body; a chunked
+//     body gets 413 as soon as the request has taken more than its byte budget;
 //   - a client that goes away (closed socket, failed stream write) cancels its sequence before the
 //     engine's next step;
 //   - stop() lets in-flight requests finish for shutdown_grace_s, ends every stream with a final
@@ -91,7 +95,10 @@ struct Conn {
   Clock::time_point since;    // start of the phase (guarded by ConnTable::mu)
   Clock::time_point deadline; // while Reading: the request must be complete by then (owner thread only)
   bool deadline_hit = false;  // owner thread only
+  size_t read_bytes = 0;      // bytes of the current request read so far (owner thread only)
+  bool too_large = false;     // the current request went past its byte budget (owner thread only)
   bool evicted = false;       // guarded by ConnTable::mu
+  bool close_after = false;   // the response refused the request's body: close once it is sent (owner thread only)
 };
 
 thread_local Conn* t_conn = nullptr;  // the connection this worker thread serves
@@ -176,8 +183,10 @@ struct ConnTable {
 // (100 ms) so deadlines and shutdown are seen promptly.
 class GuardStream : public httplib::Stream {
  public:
-  GuardStream(Conn& c, ConnTable& t, double read_timeout_s, double write_timeout_s)
-      : c_(c), t_(t), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s) {}
+  // `budget`: the most bytes one request (headers, body and chunk framing) may take: a chunked
+  // body has no Content-Length to refuse up front, and httplib would read any amount of it.
+  GuardStream(Conn& c, ConnTable& t, double read_timeout_s, double write_timeout_s, size_t budget)
+      : c_(c), t_(t), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s), budget_(budget) {}
 
   bool buffered() const { return off_ < len_; }
 
@@ -203,7 +212,9 @@ class GuardStream : public httplib::Stream {
   }
 
   bool is_readable() const override { return buffered() || wait(POLLIN, read_timeout_s_); }
-  bool is_writable() const override { return !c_.deadline_hit && wait(POLLOUT, write_timeout_s_) && !peer_gone(); }
+  bool is_writable() const override {
+    return !c_.deadline_hit && !c_.too_large && wait(POLLOUT, write_timeout_s_) && !peer_gone();
+  }
 
   ssize_t read(char* ptr, size_t size) override {
     if (!buffered()) {
@@ -215,6 +226,10 @@ class GuardStream : public httplib::Stream {
       off_ = 0;
       len_ = static_cast<size_t>(n);
     }
+    if (c_.phase == Phase::Reading && (c_.read_bytes += std::min(size, len_ - off_)) > budget_) {
+      c_.too_large = true;  // the 413 is sent by the connection loop
+      return -1;
+    }
     size_t k = std::min(size, len_ - off_);
     std::memcpy(ptr, buf_ + off_, k);
     off_ += k;
@@ -222,7 +237,7 @@ class GuardStream : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (c_.deadline_hit) return -1;  // the 408 is sent by the connection loop instead
+    if (c_.deadline_hit || c_.too_large) return -1;  // the 408 / 413 is sent by the connection loop instead
     if (!wait(POLLOUT, write_timeout_s_)) return -1;
     ssize_t n;
     do n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
@@ -267,71 +282,147 @@ class GuardStream : public httplib::Stream {
   Conn& c_;
   ConnTable& t_;
   double read_timeout_s_, write_timeout_s_;
+  size_t budget_;
   char buf_[4096];
   size_t off_ = 0, len_ = 0;
 };
 
-// httplib's worker pool, counting idle workers and waiting connections for the watchdog.
-class Pool : public httplib::TaskQueue {
+// The worker pool. Each accepted connection waits in one queue; `workers` threads take them in
+// order. When every worker is busy (streams hold theirs for as long as they run), `reserve` more
+// threads serve only connections whose first request is a GET (/health, /v1/models: answers that
+// never wait on the engine), one request each, so a liveness probe is answered within about 50 ms
+// however long the streams run. Generation requests keep waiting in order for a worker; they are
+// never refused for being queued.
+class Pool {
  public:
-  explicit Pool(size_t n) {
-    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  using Serve = std::function<void(int fd, bool reserve)>;
+  Pool(size_t workers, size_t reserve, Serve serve) : n_(workers), serve_(std::move(serve)) {
+    for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    for (size_t i = 0; i < reserve; ++i) threads_.emplace_back([this] { work_reserve(); });
   }
-  void enqueue(std::function<void()> fn) override {
+  void enqueue(int fd) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      jobs_.push_back(std::move(fn));
+      jobs_.push_back({fd});
     }
     cv_.notify_one();
   }
-  void shutdown() override {
+  // Workers finish the connections already queued (shutdown closes them quickly), then exit.
+  void shutdown() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       down_ = true;
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
+    threads_.clear();
   }
   // Connections waiting for a worker while none is free.
   bool starved() {
     std::lock_guard<std::mutex> lk(mu_);
-    return !jobs_.empty() && busy_ >= threads_.size();
+    return !jobs_.empty() && busy_ >= n_;
   }
 
  private:
+  struct Waiting {
+    int fd;
+    bool not_get = false;  // its first bytes are there and do not start a GET
+  };
+
   void work() {
     for (;;) {
-      std::function<void()> fn;
+      int fd;
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return down_ || !jobs_.empty(); });
         if (jobs_.empty()) return;
-        fn = std::move(jobs_.front());
+        fd = jobs_.front().fd;
         jobs_.pop_front();
         ++busy_;
       }
-      fn();
+      serve_(fd, false);
       std::lock_guard<std::mutex> lk(mu_);
       --busy_;
     }
   }
+
+  // The first request's bytes, peeked without reading them: "GET " (true), anything else or
+  // nothing yet (false; `not_get` once it is known).
+  static bool starts_get(Waiting& w) {
+    char b[4];
+    ssize_t n = ::recv(w.fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) w.not_get = true;
+    if (n <= 0) return false;
+    if (std::memcmp(b, "GET ", static_cast<size_t>(n)) != 0) w.not_get = true;
+    return n == 4 && !w.not_get;
+  }
+
+  void work_reserve() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!down_) {
+      cv_reserve_.wait_for(lk, std::chrono::milliseconds(50));
+      if (down_ || busy_ < n_) continue;
+      auto it = std::find_if(jobs_.begin(), jobs_.end(), [](Waiting& w) { return !w.not_get && starts_get(w); });
+      if (it == jobs_.end()) continue;
+      const int fd = it->fd;
+      jobs_.erase(it);
+      lk.unlock();
+      serve_(fd, true);
+      lk.lock();
+    }
+  }
+
+  const size_t n_;
+  Serve serve_;
   std::vector<std::thread> threads_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<Waiting> jobs_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  size_t busy_ = 0;
+  std::condition_variable cv_, cv_reserve_;
+  size_t busy_ = 0;  // regular workers serving a connection
   bool down_ = false;
 };
 
-// httplib's Server with this file's connection loop (keep-alive, deadlines, caps, shutdown).
+// httplib's Server with this file's accept loop and connection loop (keep-alive, deadlines, caps,
+// shutdown). httplib only parses requests and routes them; listen_after_bind() is never called.
 class GuardedHttp : public httplib::Server {
  public:
   ConnTable table;
   double request_timeout_s = 10, write_timeout_s = 5, keep_alive_s = 2;
   size_t keep_alive_max = 100;
+  size_t max_body_bytes = 1 << 20;
+  std::string body_limit_message;  // the 413's text
+  // Headers and chunk framing beside the body: httplib takes 8 KiB per header line.
+  static constexpr size_t kHeaderBudget = 256 * 1024;
+
+  // One connection, on the calling worker; a reserve worker serves one request, then closes.
+  void serve(int fd, bool reserve) { process_connection(fd, reserve ? 1 : keep_alive_max); }
+
+  // Accepts connections on the bound socket until `quit`, handing each to the pool.
+  void accept_loop(Pool& pool, const std::atomic<bool>& quit) {
+    while (!quit) {
+      const socket_t ls = svr_sock_;
+      if (ls == INVALID_SOCKET) break;
+      pollfd p{ls, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int fd = ::accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        // Out of descriptors: wait a little (the connection stays in the backlog); else retry.
+        if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      pool.enqueue(fd);
+    }
+  }
+  // Closes the listening socket (after the accept loop ended).
+  void close_listener() {
+    socket_t ls = svr_sock_.exchange(INVALID_SOCKET);
+    if (ls != INVALID_SOCKET) ::close(ls);
+  }
 
  private:
-  bool process_and_close_socket(socket_t sock) override {
+  bool process_and_close_socket(socket_t sock) override { return process_connection(sock, keep_alive_max); }
+
+  bool process_connection(socket_t sock, size_t max_requests) {
     Conn c;
     c.fd = sock;
     sockaddr_storage ss{};
@@ -346,15 +437,17 @@ class GuardedHttp : public httplib::Server {
                "too_many_connections", "Retry-After: 1\r\n");
     } else {
       t_conn = &c;
-      GuardStream strm(c, table, request_timeout_s, write_timeout_s);
-      for (size_t n = 0; n < keep_alive_max && svr_sock_ != INVALID_SOCKET && !table.closing_waiting; ++n) {
+      GuardStream strm(c, table, request_timeout_s, write_timeout_s,
+                       max_body_bytes + max_body_bytes / 8 + kHeaderBudget);
+      for (size_t n = 0; n < max_requests && svr_sock_ != INVALID_SOCKET && !table.closing_waiting; ++n) {
         // Idle (keep-alive) until the first byte of the next request, then its deadline runs.
         if (!strm.buffered() && !strm.wait(POLLIN, keep_alive_s)) break;
         c.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(request_timeout_s));
         table.set_phase(&c, Phase::Reading);
+        c.read_bytes = 0;
         bool closed = false;
-        ret = process_request(strm, n + 1 == keep_alive_max || table.closing_waiting.load(), closed, nullptr);
+        ret = process_request(strm, n + 1 == max_requests || table.closing_waiting.load(), closed, nullptr);
         if (c.deadline_hit) {
           ++table.timed_out;
           send_raw(sock, 408, "Request Timeout",
@@ -362,8 +455,11 @@ class GuardedHttp : public httplib::Server {
                                request_timeout_s),
                    "request_timeout");
           ret = false;
+        } else if (c.too_large) {
+          send_raw(sock, 413, "Payload Too Large", body_limit_message, "request_too_large");
+          ret = false;
         }
-        if (!ret || closed) break;
+        if (!ret || closed || c.close_after) break;
         table.set_phase(&c, Phase::Idle);
       }
       t_conn = nullptr;
@@ -374,6 +470,10 @@ class GuardedHttp : public httplib::Server {
     return ret;
   }
 };
+
+// Threads beside --http-threads that answer GET requests (health and model probes) when every
+// worker is busy.
+constexpr size_t kReserveWorkers = 2;
 
 // The calling handler's connection is gone (the client closed it).
 bool client_gone() { return t_conn && GuardStream::gone(t_conn->fd); }
@@ -393,11 +493,12 @@ struct Server::Impl {
 
   std::unique_ptr<Scheduler> sched;
   GuardedHttp http;
+  std::unique_ptr<Pool> workers;
   std::thread http_thread, watchdog;
+  std::atomic<bool> accept_quit{false};
   int bound_port = -1;
   int listen_fd = -1;  // the listening socket (set by the socket-options hook)
   std::atomic<bool> stopping{false}, watchdog_quit{false};
-  std::atomic<Pool*> pool{nullptr};
   std::mutex life_mu;
   bool started = false, stopped = false;
   std::atomic<uint64_t> next_id{1};
@@ -629,12 +730,8 @@ struct Server::Impl {
     // (~40 ms on Linux) on every reused connection: a 2 ms request took 44 ms from the second on.
     http.set_tcp_nodelay(true);
     http.table.max_client_conns = opts.max_client_conns;
-    int threads = opts.http_threads > 0 ? opts.http_threads : std::max(64, 2 * opts.max_batch + 8);
-    http.new_task_queue = [this, threads] {
-      auto* p = new Pool(static_cast<size_t>(threads));
-      pool = p;
-      return p;
-    };
+    http.max_body_bytes = opts.max_body_bytes;
+    http.body_limit_message = body_limit_message(cx);
     // Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows
     // the accept queue and connections are dropped. Keep the listening socket's fd (with httplib's
     // usual SO_REUSEADDR) so start() can raise the backlog after binding.
@@ -642,6 +739,30 @@ struct Server::Impl {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
       listen_fd = sock;
+    });
+
+    // A declared body over the limit is refused as soon as the headers are in: httplib itself
+    // would read (and drop) all of it first, so `Content-Length: 10000000000` would hold the
+    // connection until the request deadline. The body is left unread; the connection closes.
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string v = req.get_header_value("Content-Length");
+      const bool digits = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+      const bool several = req.get_header_value_count("Content-Length") > 1;
+      if (digits && !several && std::stoull(v) <= opts.max_body_bytes) return httplib::Server::HandlerResponse::Unhandled;
+      if (t_conn) t_conn->close_after = true;
+      res.set_header("Connection", "close");
+      if (several || v.find_first_not_of("0123456789") != std::string::npos || v.empty()) {
+        res.status = 400;
+        res.set_content(dump(error_json("the request has a Content-Length header that is not one decimal number",
+                                        "invalid_request_error", "", "bad_request")),
+                        "application/json");
+      } else {
+        res.status = 413;
+        res.set_content(dump(error_json(body_limit_message(cx), "invalid_request_error", "", "request_too_large")),
+                        "application/json");
+      }
+      return httplib::Server::HandlerResponse::Handled;
     });
 
     http.Get("/health", route([this](const httplib::Request&, httplib::Response& res) {
@@ -721,8 +842,7 @@ struct Server::Impl {
   void watch() {
     while (!watchdog_quit) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      Pool* p = pool.load();
-      if (p && !stopping && p->starved()) http.table.evict_oldest();
+      if (!stopping && workers->starved()) http.table.evict_oldest();
     }
   }
 
@@ -779,10 +899,11 @@ void Server::start() {
                                  I.opts.host, I.opts.port));
   I.started = true;
   I.sched->start();
-  I.http_thread = std::thread([&I] { I.http.listen_after_bind(); });
+  const int threads = I.opts.http_threads > 0 ? I.opts.http_threads : std::max(64, 2 * I.opts.max_batch + 8);
+  I.workers = std::make_unique<Pool>(static_cast<size_t>(threads), kReserveWorkers,
+                                     [&I](int fd, bool reserve) { I.http.serve(fd, reserve); });
+  I.http_thread = std::thread([&I] { I.http.accept_loop(*I.workers, I.accept_quit); });
   I.watchdog = std::thread([&I] { I.watch(); });
-  // httplib's stop() is a no-op until the accept loop runs: wait for it (bounded).
-  for (int i = 0; i < 5000 && !I.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void Server::stop() {
@@ -806,9 +927,10 @@ void Server::stop() {
   I.http.table.shutdown_where(true);
   I.watchdog_quit = true;
   if (I.watchdog.joinable()) I.watchdog.join();
-  for (int i = 0; i < 5000 && !I.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  I.http.stop();
+  I.accept_quit = true;
   if (I.http_thread.joinable()) I.http_thread.join();
+  I.http.close_listener();
+  I.workers->shutdown();
 }
 
 int Server::port() const { return impl_->bound_port; }

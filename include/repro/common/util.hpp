@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,11 @@ void write_file_atomic(const std::string& path, std::string_view data);
 // `s` with bytes that are not printable escaped as \xNN (control characters, DEL, invalid UTF-8);
 // valid UTF-8 text is kept. For error messages that quote file contents.
 std::string printable(std::string_view s);
+// The same for text of several lines (a terminal summary): line breaks are kept, every other
+// control byte (ESC starting a terminal escape sequence, CR, BEL, ...) is escaped as \xNN.
+std::string printable_lines(std::string_view s);
+// Writes all of `s` to `f` (fputs would stop at a NUL byte); errors show in ferror(f).
+void write_text(std::string_view s, std::FILE* f);
 
 std::vector<std::string> split(std::string_view s, char sep);
 std::string trim(std::string_view s);

@@ -75,4 +75,13 @@ json logprobs_json(const ApiContext& cx, const Parsed& p, const std::vector<int>
 json full_response(const ApiContext& cx, const Parsed& p, const GenResult& r, const std::string& id,
                    int64_t created);
 
+// The fuzz entry of fuzz/fuzz_request.cpp, here so that the test suite replays
+// fuzz/corpus/request/ through the same code without clang. Byte 0 selects the route (bit 0: chat)
+// and, in bit 1, a small --max-body-bytes (256); the rest is the request body. It goes through
+// parse_body and parse_request against a small built-in vocabulary; a refusal must be an ApiError
+// with a 4xx status whose JSON renders, and an accepted request must hold what the engine needs
+// (a prompt, max_tokens within the limit and the context, sampling values in range). Anything
+// else traps. Returns 0.
+int fuzz_request_one(const uint8_t* data, size_t size);
+
 }  // namespace repro::serve
