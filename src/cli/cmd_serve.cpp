@@ -3,8 +3,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <string>
 
@@ -17,6 +19,13 @@
 #include "repro/cli/flags.hpp"
 
 namespace repro::cli {
+
+namespace {
+// A SIGINT/SIGTERM that reaches a thread started before the mask below was set (a library's worker
+// started while the model loaded) lands here instead of ending the process.
+volatile std::sig_atomic_t g_serve_signal = 0;
+extern "C" void note_serve_signal(int sig) { g_serve_signal = sig; }
+}  // namespace
 
 namespace {
 
@@ -76,13 +85,27 @@ int run_serve(const ServeOptions& o) {
                      ") is not recognised: " + model->chat_template.problem + "; pass --chat-template with one of " +
                      chat_template_names() + " or a template file");
 
-  // SIGINT/SIGTERM are blocked in every thread (the server's threads inherit this mask) and taken
-  // here with sigwait, so shutdown runs in plain code, not in a signal handler.
+  // SIGINT/SIGTERM are blocked in every thread started from here on (the server's threads inherit
+  // this mask) and taken here with sigtimedwait, so shutdown runs in plain code, not in a signal
+  // handler. Threads that existed before (started while the model loaded) do not block them: the
+  // handler only notes such a signal, and the wait below sees the note within 100 ms.
   sigset_t sigs, old;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  struct sigaction note {}, old_int {}, old_term {};
+  note.sa_handler = note_serve_signal;
+  sigemptyset(&note.sa_mask);
+  note.sa_flags = SA_RESTART;
+  g_serve_signal = 0;
+  sigaction(SIGINT, &note, &old_int);
+  sigaction(SIGTERM, &note, &old_term);
   pthread_sigmask(SIG_BLOCK, &sigs, &old);
+  auto restore = [&] {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  };
 
   int sig = 0;
   {
@@ -90,14 +113,19 @@ int run_serve(const ServeOptions& o) {
     try {
       server.start();
     } catch (...) {
-      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      restore();
       throw;
     }
     std::printf("listening on %s (mode %s, model %s) on %s, precision %s\n", server.url().c_str(),
                 mode_name(eopts.mode), server.model_name().c_str(), device_name(eopts.device),
                 precision_name(eopts.precision));
     std::fflush(stdout);
-    sigwait(&sigs, &sig);
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!sig) {
+      const int got = sigtimedwait(&sigs, nullptr, &tick);
+      if (got > 0) sig = got;
+      else if (g_serve_signal) sig = g_serve_signal;
+    }
     std::fprintf(stderr, "serve: %s received, finishing in-flight requests (at most %g s) and shutting down\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", sopts.shutdown_grace_s);
     server.stop();
@@ -105,7 +133,7 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "serve: stopped after %lld requests, %lld tokens, largest batch %d\n",
                  static_cast<long long>(s.completed), static_cast<long long>(s.tokens), s.max_batch_seen);
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  restore();
   return kExitOk;
 }
 
