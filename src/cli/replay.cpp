@@ -141,6 +141,8 @@ int replay_and_report(ReplayJob& job) {
   }
   int code = exit_code_for(report);
   if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());
+  if (report.summary.verdict == "no answer")
+    std::fprintf(stderr, "warning: %s\n", verdict_cause(report).c_str());
   if (override_code >= 0) code = override_code;
   if (report.summary.interrupted) {
     const bool term_sig = g_signal == SIGTERM;

@@ -276,7 +276,7 @@ std::string str_at(const json& j, const char* a, const char* b = nullptr) {
 
 std::string verdict_result(const std::string& verdict) {
   if (verdict == "reproducible") return "PASSED";
-  if (verdict == "interrupted") return "WARNED";
+  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
   return "FAILED";  // divergent, errors, and anything this version does not know
 }
 
