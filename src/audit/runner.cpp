@@ -182,6 +182,19 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
+  // Numeric positions a smaller batch of the sweep cannot hold: said on stderr and in the plan block.
+  if (auto skipped = skipped_positions(plan); !skipped.empty()) {
+    nlohmann::json rec = nlohmann::json::array();
+    for (const auto& s : skipped) {
+      std::string list;
+      for (int p : s.positions) list += (list.empty() ? "" : ",") + std::to_string(p);
+      std::fprintf(stderr,
+                   "note: --positions %s: batch size %d has positions 0 to %d only; it runs at the others\n",
+                   list.c_str(), s.batch_size, s.batch_size - 1);
+      rec.push_back({{"batch_size", s.batch_size}, {"positions", s.positions}});
+    }
+    if (report.plan.is_object()) report.plan["positions_skipped"] = rec;
+  }
   // Structured output: one compiled schema and vocabulary trie for every probe (fillers stay free).
   // A schema the vocabulary cannot spell is a UsageError here, before any cell runs.
   std::shared_ptr<const JsonConstraint> constraint;
