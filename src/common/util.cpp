@@ -120,6 +120,17 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
   return s;
 }
 
+bool disk_full(int err) {
+  return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO;
+}
+
+void write_failed(const std::string& path, int err) {
+  const std::string why = "cannot write '" + path + "': " + std::strerror(err);
+  if (disk_full(err))
+    throw BackendError(why + "; free disk space (or raise the file size limit) or write elsewhere");
+  throw UsageError(why + "; check the path and its directory");
+}
+
 void write_file_atomic(const std::string& path, std::string_view data) {
   if (path == "-") {
     size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
@@ -146,9 +157,12 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   std::vector<char> tmp(tmpl.begin(), tmpl.end());
   tmp.push_back('\0');
   int fd = ::mkstemp(tmp.data());  // O_EXCL: never follows or reuses anything already there
-  if (fd < 0)
-    throw UsageError("cannot write '" + path + "': " + std::strerror(errno) +
+  if (fd < 0) {
+    int e = errno;
+    if (disk_full(e)) write_failed(path, e);
+    throw UsageError("cannot write '" + path + "': " + std::strerror(e) +
                      "; check that its directory exists and is writable");
+  }
   ::fchmod(fd, 0644);
   size_t off = 0;
   while (off < data.size()) {
@@ -158,14 +172,20 @@ void write_file_atomic(const std::string& path, std::string_view data) {
       int e = errno;
       ::close(fd);
       ::unlink(tmp.data());
-      throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
+      write_failed(path, e);
     }
     off += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.data());
+    write_failed(path, e);
+  }
+  if (::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.data());
-    throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
+    write_failed(path, e);
   }
   if (::rename(tmp.data(), path.c_str()) != 0) {
     int e = errno;
