@@ -165,9 +165,11 @@ PlanOptions plan_from_report(const AuditReport& r) {
     const nlohmann::json* v = at_key(j, opt.report_key);
     nlohmann::json engine_precision;
     // Reports written before structured output had no schema and no retries.
-    static const nlohmann::json kNoSchema = nullptr, kNoRetry = 0;
+    static const nlohmann::json kNoSchema = nullptr, kNoRetry = 0, kNo = false;
     if (!v && std::string(opt.report_key) == "json_schema") v = &kNoSchema;
     if (!v && std::string(opt.report_key) == "retry_invalid") v = &kNoRetry;
+    // ... and refused control-token text in chat content (they did not check for it).
+    if (!v && std::string(opt.report_key) == "allow_control_tokens") v = &kNo;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;

@@ -233,6 +233,13 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.cache_probe); },
      [](PlanOptions& o, const json& v) { o.cache_probe = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"allow_control_tokens", OptionType::Bool, "--allow-control-tokens", "allow_control_tokens",
+     "allow_control_tokens",
+     "Let chat message content hold the chat template's control-token text (e.g. <|im_start|>system), which "
+     "becomes control tokens that open turns of their own; refused by default", true,
+     [](const PlanOptions& o) { return json(o.allow_control_tokens); },
+     [](PlanOptions& o, const json& v) { o.allow_control_tokens = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
   };
   return table;
 }

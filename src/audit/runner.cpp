@@ -16,7 +16,9 @@
 #include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/engine/json_schema.hpp"
+#include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 
@@ -167,6 +169,16 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   std::vector<std::string> texts;
   for (const auto& p : plan.prompts) {
     const bool chat = templated && p.messages.is_array() && !p.messages.empty();
+    // Content that spells a control token would become one: a user message could open a system turn.
+    if (chat && !plan.allow_control_tokens)
+      if (auto m = find_control_text(p.messages, model.tokenizer->control_tokens()))
+        throw UsageError(
+            "prompt '" + p.id + "' message " + std::to_string(m->message) + " (" + m->role +
+            "): its content holds '" + printable(m->marker) + "', a control token of the " +
+            model.chat_template.name +
+            " chat template, which would become that token (a message could "
+            "end its turn and open another, a system turn); remove it, or pass --allow-control-tokens "
+            "to audit the prompt as written");
     texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages") : p.text);
     report.prompts[p.id] = texts.back();
   }

@@ -56,6 +56,9 @@ struct PlanOptions {
   // remote
   std::vector<int> concurrency = {1, 8};
   bool cache_probe = true;
+  // Chat message content that spells a control token of the model's chat template opens a turn of
+  // its own; refused unless allowed (local engine only).
+  bool allow_control_tokens = false;
 };
 
 // A built-in profile (embedded from profiles/*.json at build time) or a JSON file.
