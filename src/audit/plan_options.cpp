@@ -103,7 +103,8 @@ const std::vector<PlanOption>& plan_options() {
      [](PlanOptions& o, const json& v) { o.batch_sizes = as_list<int>(v); },
      [](const json& v) { return int_in(v, 1, 4096); }, "integers from 1 to 4096"},
     {"positions", OptionType::TextList, "--positions", "positions", "positions",
-     "Probe positions in the batch: first,middle,last or indices", true,
+     "Probe positions in the batch: first,middle,last or indices (an index no batch size holds is refused; one only "
+     "the larger batch sizes hold is skipped for the smaller ones, with a note)", true,
      [](const PlanOptions& o) { return json(o.positions); },
      [](PlanOptions& o, const json& v) {
        o.positions.clear();
