@@ -201,6 +201,15 @@ TEST_CASE("full disk: run keeps the finished run for --resume, one line says whe
   REQUIRE(kept.size() == 1);
   CHECK(fs::exists(dir / "tmp" / kept[0] / "checkpoint.json"));
   CHECK(load_report((dir / "tmp" / kept[0] / "checkpoint.json").string()).completions.size() == 10);
+
+  // A report path that can never be written is refused before the run, not after it.
+  auto dev = test::run_shell("cd '" + dir.string() + "' && " +
+                             cli(dir, "run -q -n 1 --prompt hi --batch-sizes 1 --max-tokens 2 --format json=/dev/null "
+                                      "--out d"));
+  CHECK(dev.code == 2);
+  CHECK(dev.output == "error: refusing to write '/dev/null': it is a device, and only regular files are replaced; "
+                      "give another path, or '-' for standard output\n");
+  CHECK(!fs::exists(dir / "d" / "checkpoint.json"));
 }
 
 TEST_CASE("full disk: keygen leaves no key file, not even an empty one, and exits 3") {

@@ -35,7 +35,7 @@ extern "C" void on_stop_signal(int sig) {
 // When the reports cannot be written (a full disk), the finished completions are kept for --resume:
 // as checkpoint.json in the --out directory, else in a fresh directory under $TMPDIR (or /tmp).
 // Says where in one line on stderr; never throws (the write's own error is the one that counts).
-void keep_finished(const AuditReport& r, const std::string& out_dir) {
+void keep_finished(const AuditReport& r, const std::string& out_dir, const char* fix) {
   namespace fs = std::filesystem;
   AuditReport kept = r;  // what --resume reads: the plan, provenance and completions, not the analysis
   kept.cases.clear();
@@ -57,9 +57,9 @@ void keep_finished(const AuditReport& r, const std::string& out_dir) {
     try {
       write_file_atomic((fs::path(dir) / "checkpoint.json").string(), text);
       std::fprintf(stderr,
-                   "note: the finished run (%zu completions) is kept in %s; free disk space, then write its "
-                   "reports with: repro-audit run --resume %s\n",
-                   r.completions.size(), (fs::path(dir) / "checkpoint.json").string().c_str(), dir.c_str());
+                   "note: the finished run (%zu completions) is kept in %s; %s, then write its reports with: "
+                   "repro-audit run --resume %s\n",
+                   r.completions.size(), (fs::path(dir) / "checkpoint.json").string().c_str(), fix, dir.c_str());
       return true;
     } catch (const std::exception& e) {
       failed += (failed.empty() ? "" : "; ") + std::string(e.what());
@@ -103,6 +103,8 @@ int replay_and_report(ReplayJob& job) {
     golden = from_json(text, job.baseline);
     golden_digest_ok = verify_report_digest(text, &golden_digest);
   }
+  for (const auto& f : plan.formats)  // a FORMAT=PATH that can never be written: refused before the run
+    if (auto eq = f.find('='); eq != std::string::npos) check_replaceable(f.substr(eq + 1));
   if (out_dir != "-") {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -150,7 +152,7 @@ int replay_and_report(ReplayJob& job) {
     std::signal(SIGTERM, old_term);
     if (!report.completions.empty()) {  // never lose finished work
       redact(report);
-      keep_finished(report, out_dir);
+      keep_finished(report, out_dir, "fix the error below");
     }
     throw;
   }
@@ -172,8 +174,11 @@ int replay_and_report(ReplayJob& job) {
   std::vector<std::string> written;
   try {
     written = write_reports(report, out_dir, plan.formats);
-  } catch (...) {  // a full disk must not lose the finished run
-    keep_finished(report, out_dir);
+  } catch (const BackendError&) {  // a full disk must not lose the finished run
+    keep_finished(report, out_dir, "free disk space");
+    throw;
+  } catch (...) {
+    keep_finished(report, out_dir, "fix the error below");
     throw;
   }
   if (!checkpoint.empty()) fs::remove(checkpoint);

@@ -131,14 +131,8 @@ void write_failed(const std::string& path, int err) {
   throw UsageError(why + "; check the path and its directory");
 }
 
-void write_file_atomic(const std::string& path, std::string_view data) {
-  if (path == "-") {
-    size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
-    if (w != data.size() || std::fflush(stdout) != 0)
-      throw BackendError(std::string("cannot write to standard output: ") + std::strerror(errno) +
-                         "; check the disk or the pipe it goes to");
-    return;
-  }
+void check_replaceable(const std::string& path) {
+  if (path == "-") return;
   // Replace only a regular file: never a symlink (it would be replaced by a file, or followed to
   // somewhere else), a device node, a FIFO or a directory.
   struct stat st {};
@@ -151,6 +145,17 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     throw UsageError("refusing to write '" + path + "': it is " + kind +
                      ", and only regular files are replaced; give another path, or '-' for standard output");
   }
+}
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  if (path == "-") {
+    size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
+    if (w != data.size() || std::fflush(stdout) != 0)
+      throw BackendError(std::string("cannot write to standard output: ") + std::strerror(errno) +
+                         "; check the disk or the pipe it goes to");
+    return;
+  }
+  check_replaceable(path);
   std::filesystem::path p(path);
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   std::string tmpl = dir + "/." + p.filename().string() + ".tmp.XXXXXX";

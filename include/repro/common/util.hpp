@@ -34,6 +34,10 @@ std::string read_file(const std::string& path, const char* what = "file", uint64
 // the path and the fix.
 void write_file_atomic(const std::string& path, std::string_view data);
 
+// The check write_file_atomic makes first: UsageError when `path` is a symlink, device, FIFO or
+// directory ("-" and a missing or regular file pass). For checking outputs before long work.
+void check_replaceable(const std::string& path);
+
 // errno values that mean the disk (or a quota or file size limit) could not take the data: ENOSPC,
 // EDQUOT, EFBIG, EIO.
 bool disk_full(int err);
