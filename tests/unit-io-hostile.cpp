@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -136,12 +137,135 @@ TEST_CASE("report writes replace regular files only; '-' writes through; stdout 
   CHECK(out.output.find("#") != std::string::npos);
   for (const std::string& args : {"report '" + rep + "' --format md=-", std::string("generate --max-tokens 2"),
                                  "model info '" + (dir / "m.gguf").string() + "'", std::string("run -q -n 1 --batch-sizes 1 --max-tokens 2 --out -")}) {
-    auto full = test::run_shell("(" + cli(dir, args) + " > /dev/full)");
+    auto full = test::run_shell("(TMPDIR='" + dir.string() + "' " + cli(dir, args) + " > /dev/full)");
     CAPTURE(args);
     CAPTURE(full.output);
     CHECK(full.code == 3);
     CHECK(full.output.find("cannot write to standard output: No space left on device") != std::string::npos);
   }
+}
+
+namespace {
+// Runs `args` with the size of every file it writes limited to `bytes` (RLIMIT_FSIZE: a write past
+// it fails with EFBIG, as on a full disk; the process ignores SIGXFSZ). Root cannot bypass it.
+test::CmdResult limited(const fs::path& dir, long bytes, const std::string& args) {
+  return test::run_shell("cd '" + dir.string() + "' && TMPDIR='" + (dir / "tmp").string() + "' " + env(dir) +
+                         "prlimit --fsize=" + std::to_string(bytes) + " '" + test::binary() + "' " + args);
+}
+bool have_prlimit() { return test::run_shell("command -v prlimit").code == 0; }
+std::vector<std::string> names_in(const fs::path& d) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(d)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("full disk: run keeps the finished run for --resume, one line says where, exit 3") {
+  if (!have_prlimit()) {
+    MESSAGE("SKIPPED: prlimit not found");
+    return;
+  }
+  auto dir = test::scratch_dir("io-full-run");
+  fs::create_directories(dir / "tmp");
+  const std::string args = "run -q -n 2 --prompt hi --modes batch-invariant --precisions f32 --batch-sizes 1,2 "
+                           "--max-tokens 4 --format json ";
+  auto ok = test::run_shell("cd '" + dir.string() + "' && " + cli(dir, args + "--out whole"));
+  REQUIRE(ok.code == 0);
+  const auto whole = fs::file_size(dir / "whole" / "report.json");
+  // Room for what --resume needs (the completions), not for the analysed report.
+  auto r = limited(dir, long(whole) - 1500, args + "--out o");
+  INFO(r.output);
+  CHECK(r.code == 3);
+  CHECK(r.output.find("error: cannot write 'o/report.json': File too large; free disk space (or raise the file size "
+                      "limit) or write elsewhere\n") != std::string::npos);
+  CHECK(r.output.find("note: the finished run (10 completions) is kept in o/checkpoint.json; free disk space, then "
+                      "write its reports with: repro-audit run --resume o\n") != std::string::npos);
+  CHECK(names_in(dir / "o") == std::vector<std::string>{"checkpoint.json"});  // no partial report.json
+  auto resumed = test::run_shell("cd '" + dir.string() + "' && " + cli(dir, "run -q --resume o"));
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  AuditReport a = load_report((dir / "whole" / "report.json").string()), b = load_report((dir / "o" / "report.json").string());
+  CHECK(b.completions.size() == 10);
+  CHECK(b.summary.verdict == a.summary.verdict);
+  CHECK(!fs::exists(dir / "o" / "checkpoint.json"));
+
+  // Nothing fits in the --out directory (standard output here): kept under $TMPDIR.
+  auto piped = test::run_shell("cd '" + dir.string() + "' && (TMPDIR='" + (dir / "tmp").string() + "' " +
+                               cli(dir, args + "--out - > /dev/full)"));
+  INFO(piped.output);
+  CHECK(piped.code == 3);
+  CHECK(piped.output.find("note: the finished run (10 completions) is kept in " + (dir / "tmp").string() +
+                          "/repro-audit-kept-") != std::string::npos);
+  auto kept = names_in(dir / "tmp");
+  REQUIRE(kept.size() == 1);
+  CHECK(fs::exists(dir / "tmp" / kept[0] / "checkpoint.json"));
+  CHECK(load_report((dir / "tmp" / kept[0] / "checkpoint.json").string()).completions.size() == 10);
+
+  // A report path that can never be written is refused before the run, not after it.
+  auto dev = test::run_shell("cd '" + dir.string() + "' && " +
+                             cli(dir, "run -q -n 1 --prompt hi --batch-sizes 1 --max-tokens 2 --format json=/dev/null "
+                                      "--out d"));
+  CHECK(dev.code == 2);
+  CHECK(dev.output == "error: refusing to write '/dev/null': it is a device, and only regular files are replaced; "
+                      "give another path, or '-' for standard output\n");
+  CHECK(!fs::exists(dir / "d" / "checkpoint.json"));
+}
+
+TEST_CASE("full disk: keygen leaves no key file, not even an empty one, and exits 3") {
+  if (!have_prlimit()) {
+    MESSAGE("SKIPPED: prlimit not found");
+    return;
+  }
+  auto dir = test::scratch_dir("io-full-keygen");
+  for (long limit : {0L, 50L, 100L}) {  // nothing, part of the private key, part of each
+    CAPTURE(limit);
+    auto r = limited(dir, limit, "keygen --out key");
+    INFO(r.output);
+    CHECK(r.code == 3);
+    CHECK(r.output.find("error: cannot write 'key") != std::string::npos);
+    CHECK(r.output.find("': File too large; free disk space") != std::string::npos);
+    CHECK(names_in(dir).empty());
+  }
+  auto r = test::run_shell("cd '" + dir.string() + "' && " + cli(dir, "keygen --out key"));
+  CHECK(r.code == 0);
+  CHECK(names_in(dir) == std::vector<std::string>{"key", "key.pub"});
+  CHECK(fs::file_size(dir / "key") > 0);
+  auto again = test::run_shell("cd '" + dir.string() + "' && " + cli(dir, "keygen --out key"));
+  CHECK(again.code == 2);
+  CHECK(again.output.find("error: keygen --out: 'key' already exists; keys are never overwritten") != std::string::npos);
+  CHECK(names_in(dir) == std::vector<std::string>{"key", "key.pub"});
+}
+
+TEST_CASE("full disk: archive add names the archive and the OS error, exit 3, and the archive is unchanged") {
+  if (!have_prlimit()) {
+    MESSAGE("SKIPPED: prlimit not found");
+    return;
+  }
+  auto dir = test::scratch_dir("io-full-archive");
+  auto sh = [&](const std::string& args) { return test::run_shell("cd '" + dir.string() + "' && " + cli(dir, args)); };
+  REQUIRE(sh("keygen --out key").code == 0);
+  for (const char* p : {"r1", "r2"})
+    REQUIRE(sh(std::string("run -q -n 1 --prompt ") + p + " --modes batch-invariant --precisions f32 --batch-sizes 1 "
+               "--max-tokens 2 --sign-key key --out " + p).code == 0);
+  REQUIRE(sh("archive add --db a.db r1").code == 0);
+  for (long limit : {0L, 40000L}) {  // opening the archive (its WAL index), writing the entry
+    CAPTURE(limit);
+    auto r = limited(dir, limit, "archive add --db a.db r2");
+    INFO(r.output);
+    CHECK(r.code == 3);
+    CHECK(r.output.rfind("error: --db 'a.db': cannot write the archive: ", 0) == 0);
+    if (limit == 0) CHECK(r.output.find("cannot write the archive: File too large (SQLite: ") != std::string::npos);
+    CHECK(r.output.find("); free disk space (or raise the file size limit), then add the report again") !=
+          std::string::npos);
+    CHECK(r.output.find("not a usable") == std::string::npos);
+  }
+  CHECK(sh("archive list --db a.db").output.find("1 entry in a.db") != std::string::npos);
+  auto added = sh("archive add --db a.db r2");
+  INFO(added.output);
+  CHECK(added.code == 0);
+  CHECK(added.output.find("added entry 2") != std::string::npos);
+  CHECK(sh("archive verify --db a.db").code == 0);
 }
 
 TEST_CASE("--resume keeps chat messages: a JSONL messages prompt is not flattened into one user message") {

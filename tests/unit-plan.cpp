@@ -98,6 +98,56 @@ TEST_CASE("validate_plan: the errors name the flag and the fix") {
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("context length 512"), UsageError);
 }
 
+TEST_CASE("validate_plan: a position no batch can hold is refused, never replaced by position 0") {
+  PlanOptions o;
+  o.prompts = builtin_prompts();
+  o.batch_sizes = {4};
+  o.positions = {"7"};
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512),
+                       "--positions 7: no batch of --batch-sizes 4 has position 7 (the largest, 4, has positions 0 to "
+                       "3); give a position below 4, or first, middle or last, or a batch size above 7",
+                       UsageError);
+  o.positions = {"first", "7"};  // first fits, 7 fits no batch at all
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--positions 7: no batch of --batch-sizes 4"), UsageError);
+  // 7 fits batch 16, but batch 4 would hold none of the positions
+  o.batch_sizes = {1, 4, 16};
+  o.positions = {"7"};
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512),
+                       "--positions 7: batch size 4 of --batch-sizes 1,4,16 has none of these positions (it has 0 to "
+                       "3); add first, middle or last to --positions, or drop 4 from --batch-sizes",
+                       UsageError);
+  // A sweep where 7 fits some batch sizes: the others run at their other positions, and say so.
+  o.positions = {"first", "7"};
+  CHECK_NOTHROW(validate_plan(o, 512));
+  auto skipped = skipped_positions(o);
+  REQUIRE(skipped.size() == 1);
+  CHECK(skipped[0].batch_size == 4);
+  CHECK(skipped[0].positions == std::vector<int>{7});
+  for (const auto& c : context_cells(o)) CHECK(c.position < c.batch_size);
+  // Batch size 1 runs the prompt alone whatever the positions (it is not a skipped position).
+  o.batch_sizes = {1, 8};
+  CHECK_NOTHROW(validate_plan(o, 512));
+  CHECK(skipped_positions(o).empty());
+  CHECK(context_cells(o).front().position == 0);
+
+  // The CLI refuses it with exit 2 before loading anything; a sweep that skips says so and records it.
+  auto dir = test::scratch_dir("plan-positions");
+  const std::string cli = "REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' '" + test::binary() + "' ";
+  auto r = test::run_shell(cli + "run -q --positions 7 --batch-sizes 4 --max-tokens 2 --out '" + (dir / "o").string() + "'");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: --positions 7: no batch of --batch-sizes 4 has position 7") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "o" / "report.json"));
+  r = test::run_shell(cli + "run -q -n 1 --prompt hi --positions first,3 --batch-sizes 2,4 --max-tokens 2 --format json --out '" +
+                    (dir / "s").string() + "'");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("note: --positions 3: batch size 2 has positions 0 to 1 only; it runs at the others") !=
+        std::string::npos);
+  auto doc = nlohmann::json::parse(test::slurp(dir / "s" / "report.json"));
+  CHECK(doc["plan"]["positions_skipped"] == nlohmann::json::parse(R"([{"batch_size": 2, "positions": [3]}])"));
+  for (const auto& c : doc["completions"]) CHECK(c["position"].get<int>() < c["batch_size"].get<int>());
+}
+
 TEST_CASE("prompt sources: text, JSONL, chat messages, Batch API; stable ids; errors name the line") {
   auto dir = test::scratch_dir("plan-prompts");
   auto txt = prompts_from_file(write(dir / "p.txt", "alpha\n\nbeta\r\n"));
@@ -162,6 +212,7 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"formats", {"json", "md=report.md"}},
       {"concurrency", {1, 16}},
       {"cache_probe", false},
+      {"allow_control_tokens", true},
       {"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}}},
       {"retry_invalid", 2},
   };

@@ -586,8 +586,12 @@ TEST_CASE("an answer regex that matches nothing is explained, not an empty TARa"
   CHECK(h.find("answer missing in 4/4 (the extractor matched none of the completions)") != std::string::npos);
   CHECK(md.find("→ answer missing") != std::string::npos);
   CHECK(case_summary(c).find("answer missing in 4/4") != std::string::npos);
-  CHECK(verdict_cause(r).find("only because the answer is missing (answer missing in 8/8 of their completions: "
-                              "check --answer-regex)") != std::string::npos);
+  // identical outputs without an answer: "no answer", never divergent
+  CHECK(c.no_answer);
+  CHECK(!c.divergent);
+  CHECK(case_verdict(c) == "no answer");
+  CHECK(md.find("batch-invariant: NO ANSWER") != std::string::npos);
+  CHECK(verdict_cause(r).find("only because the answer is missing") == std::string::npos);
   // some present, some missing
   CaseResult partial;
   partial.n = 5;

@@ -174,6 +174,43 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   CHECK_FALSE(rc.baseline->drifted);
 }
 
+TEST_CASE("run: an answer regex the tiny model never matches is NO ANSWER (exit 0 with a warning), not divergence") {
+  auto dir = test::scratch_dir("run-no-answer");
+  auto r = sh("cd '" + dir.string() + "' && " +
+              cli(dir, "run -n 2 --prompt 'Once upon a time' --modes batch-invariant --batch-sizes 1,2 --max-tokens 4 "
+                       "--answer-regex 'ANSWER: ([0-9]+)' --format json,md,junit --out o"));
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("verdict: NO ANSWER (exit 0)") != std::string::npos);
+  CHECK(r.output.find("warning: 'batch-invariant (f32)': --answer-regex found no answer in 1 of 1 cases (their outputs "
+                      "are identical, so not divergent; TARa has nothing to compare): check --answer-regex against the "
+                      "outputs") != std::string::npos);
+  CHECK(r.output.find("cases with no answer") != std::string::npos);
+  auto doc = nlohmann::json::parse(test::slurp(dir / "o" / "report.json"));
+  CHECK(doc["summary"]["verdict"] == "no answer");
+  CHECK(doc["summary"]["divergent_cases"] == 0);
+  const auto& m = doc["summary"]["modes"][0];
+  CHECK(m["verdict"] == "no answer");
+  CHECK(m["gate"] == "pass");
+  CHECK(m["no_answer_cases"] == 1);
+  const auto& c = doc["cases"][0];
+  CHECK(c["no_answer"] == true);
+  CHECK(c["divergent"] == false);
+  CHECK(c["tara"] == false);
+  CHECK(c["answer_missing"] == c["n"]);
+  CHECK(test::slurp(dir / "o" / "report.md").find(": NO ANSWER") != std::string::npos);
+  CHECK(test::slurp(dir / "o" / "report.junit.xml").find("<skipped message=\"no answer: ") != std::string::npos);
+  // An extractor that finds the answer: reproducible, no no_answer anywhere.
+  r = sh("cd '" + dir.string() + "' && " +
+         cli(dir, "run -n 2 --prompt 'Once upon a time' --modes batch-invariant --batch-sizes 1,2 --max-tokens 4 "
+                  "--answer-regex '(.)' --format json --out o2"));
+  CHECK(r.code == 0);
+  auto doc2 = nlohmann::json::parse(test::slurp(dir / "o2" / "report.json"));
+  CHECK(doc2["summary"]["verdict"] == "reproducible");
+  CHECK(doc2["cases"][0]["no_answer"] == false);
+  CHECK(!doc2["summary"]["modes"][0].contains("no_answer_cases"));
+}
+
 TEST_CASE("run: Ctrl-C and SIGTERM write what finished (exit 130 / 143) and --resume completes the plan") {
   for (int sig : {SIGINT, SIGTERM}) {
     CAPTURE(sig);

@@ -354,6 +354,7 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
   cr.n = static_cast<int>(members.size());
   cr.clusters.clear();
   cr.factors.clear();
+  cr.no_answer = false;
   if (members.empty()) {
     cr.unique = 0;
     cr.tarr = false;
@@ -472,6 +473,8 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
     // all N answers present and identical
     cr.tara = cr.answer_unique == 1 && cr.answer_missing == 0;
   }
+  // identical outputs none of which holds an answer: nothing to compare, not a divergence
+  cr.no_answer = extractor.configured() && cr.unique == 1 && cr.answer_missing == cr.n;
 
   // ---- factor tables: cluster membership per factor value (only factors that vary)
   bool remote = false;

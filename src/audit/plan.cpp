@@ -164,9 +164,11 @@ PlanOptions plan_from_report(const AuditReport& r) {
     const nlohmann::json* v = at_key(j, opt.report_key);
     nlohmann::json engine_precision;
     // Reports written before structured output had no schema and no retries.
-    static const nlohmann::json kNoSchema = nullptr, kNoRetry = 0;
+    static const nlohmann::json kNoSchema = nullptr, kNoRetry = 0, kNo = false;
     if (!v && std::string(opt.report_key) == "json_schema") v = &kNoSchema;
     if (!v && std::string(opt.report_key) == "retry_invalid") v = &kNoRetry;
+    // ... and refused control-token text in chat content (they did not check for it).
+    if (!v && std::string(opt.report_key) == "allow_control_tokens") v = &kNo;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;
@@ -204,6 +206,41 @@ static int parse_position(const std::string& p) {
   return v;
 }
 
+namespace {
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+std::string joined(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// A numeric position no batch size holds, or a batch size above 1 that holds none of the positions,
+// would audit nothing that was asked for: refused, naming both flags.
+void check_positions(const PlanOptions& o, int max_batch) {
+  const std::vector<int>& sizes = o.batch_sizes;
+  for (const auto& p : o.positions) {
+    if (p == "first" || p == "middle" || p == "last") continue;
+    int pos = parse_position(p);
+    if (pos >= max_batch)
+      throw UsageError("--positions " + p + ": no batch of --batch-sizes " + joined(sizes) +
+                       " has position " + p + " (the largest, " + std::to_string(max_batch) +
+                       ", has positions 0 to " + std::to_string(max_batch - 1) + "); give a position below " +
+                       std::to_string(max_batch) + ", or first, middle or last, or a batch size above " + p);
+  }
+  for (const auto& s : skipped_positions(o))
+    if (s.positions.size() == o.positions.size())
+      throw UsageError("--positions " + joined(o.positions) + ": batch size " + std::to_string(s.batch_size) +
+                       " of --batch-sizes " + joined(sizes) + " has none of these positions (it has 0 to " +
+                       std::to_string(s.batch_size - 1) +
+                       "); add first, middle or last to --positions, or drop " +
+                       std::to_string(s.batch_size) + " from --batch-sizes");
+}
+}  // namespace
+
 void validate_plan(const PlanOptions& o, int context_length) {
   if (o.prompts.empty())
     throw UsageError("no prompts: give --prompt TEXT, --prompts FILE, or a profile with \"prompts\"");
@@ -223,6 +260,7 @@ void validate_plan(const PlanOptions& o, int context_length) {
     if (max_batch > 1024)
       throw UsageError("--batch-sizes: " + std::to_string(max_batch) +
                        " sequences is more than the local engine batches (1024); use smaller batch sizes");
+    check_positions(o, max_batch);
     if (o.max_tokens >= context_length)
       throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + " does not fit the model's context length " +
                        std::to_string(context_length) + "; lower it");
@@ -407,6 +445,22 @@ std::vector<DecodingCell> decoding_cells(const PlanOptions& o) {
   return out;
 }
 
+std::vector<SkippedPositions> skipped_positions(const PlanOptions& o) {
+  std::vector<int> sizes = o.batch_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::vector<SkippedPositions> out;
+  for (int b : sizes) {
+    if (b <= 1) continue;
+    SkippedPositions s{b, {}};
+    for (const auto& p : o.positions)
+      if (p != "first" && p != "middle" && p != "last")
+        if (int pos = parse_position(p); pos >= b) s.positions.push_back(pos);
+    if (!s.positions.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::vector<ContextCell> context_cells(const PlanOptions& o) {
   std::vector<ContextCell> out;
   std::vector<int> sizes = o.batch_sizes;
@@ -416,9 +470,9 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
     std::set<int> positions;
     for (const auto& p : o.positions) {
       int pos = p == "first" ? 0 : p == "last" ? b - 1 : p == "middle" ? b / 2 : parse_position(p);
-      if (pos < b) positions.insert(pos);
+      if (pos < b) positions.insert(pos);  // a position the batch cannot hold: skipped_positions()
     }
-    if (positions.empty()) positions.insert(0);
+    if (b == 1) positions = {0};  // the prompt alone
     int sets = b == 1 ? 1 : o.filler_sets;
     const std::vector<int> none = {0};
     const std::vector<int>& joins = b == 1 ? none : o.mate_join_steps;

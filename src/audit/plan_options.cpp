@@ -104,7 +104,8 @@ const std::vector<PlanOption>& plan_options() {
      [](PlanOptions& o, const json& v) { o.batch_sizes = as_list<int>(v); },
      [](const json& v) { return int_in(v, 1, 4096); }, "integers from 1 to 4096"},
     {"positions", OptionType::TextList, "--positions", "positions", "positions",
-     "Probe positions in the batch: first,middle,last or indices", true,
+     "Probe positions in the batch: first,middle,last or indices (an index no batch size holds is refused; one only "
+     "the larger batch sizes hold is skipped for the smaller ones, with a note)", true,
      [](const PlanOptions& o) { return json(o.positions); },
      [](PlanOptions& o, const json& v) {
        o.positions.clear();
@@ -233,6 +234,13 @@ const std::vector<PlanOption>& plan_options() {
      "Skip the cold-versus-warm prefix-cache probe", false,
      [](const PlanOptions& o) { return json(o.cache_probe); },
      [](PlanOptions& o, const json& v) { o.cache_probe = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"allow_control_tokens", OptionType::Bool, "--allow-control-tokens", "allow_control_tokens",
+     "allow_control_tokens",
+     "Let chat message content hold the chat template's control-token text (e.g. <|im_start|>system), which "
+     "becomes control tokens that open turns of their own; refused by default", true,
+     [](const PlanOptions& o) { return json(o.allow_control_tokens); },
+     [](PlanOptions& o, const json& v) { o.allow_control_tokens = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
   };
   return table;

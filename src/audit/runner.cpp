@@ -16,6 +16,7 @@
 #include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/engine/json_schema.hpp"
+#include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -168,6 +169,16 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   std::vector<std::string> texts;
   for (const auto& p : plan.prompts) {
     const bool chat = templated && p.messages.is_array() && !p.messages.empty();
+    // Content that spells a control token would become one: a user message could open a system turn.
+    if (chat && !plan.allow_control_tokens)
+      if (auto m = find_control_text(p.messages, model.tokenizer->control_tokens()))
+        throw UsageError(
+            "prompt '" + p.id + "' message " + std::to_string(m->message) + " (" + m->role +
+            "): its content holds '" + printable(m->marker) + "', a control token of the " +
+            model.chat_template.name +
+            " chat template, which would become that token (a message could "
+            "end its turn and open another, a system turn); remove it, or pass --allow-control-tokens "
+            "to audit the prompt as written");
     texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages") : p.text);
     report.prompts[p.id] = texts.back();
   }
@@ -183,6 +194,19 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
+  // Numeric positions a smaller batch of the sweep cannot hold: said on stderr and in the plan block.
+  if (auto skipped = skipped_positions(plan); !skipped.empty()) {
+    nlohmann::json rec = nlohmann::json::array();
+    for (const auto& s : skipped) {
+      std::string list;
+      for (int p : s.positions) list += (list.empty() ? "" : ",") + std::to_string(p);
+      std::fprintf(stderr,
+                   "note: --positions %s: batch size %d has positions 0 to %d only; it runs at the others\n",
+                   list.c_str(), s.batch_size, s.batch_size - 1);
+      rec.push_back({{"batch_size", s.batch_size}, {"positions", s.positions}});
+    }
+    if (report.plan.is_object()) report.plan["positions_skipped"] = rec;
+  }
   // Structured output: one compiled schema and vocabulary trie for every probe (fillers stay free).
   // A schema the vocabulary cannot spell is a UsageError here, before any cell runs.
   std::shared_ptr<const JsonConstraint> constraint;

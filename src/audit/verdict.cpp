@@ -80,7 +80,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   s = Summary{};
   s.interrupted = interrupted;
   const Thresholds& t = r.thresholds;
-  bool gate_errors = false, gate_divergent = false, any_gated = false;
+  bool gate_errors = false, gate_divergent = false, gate_no_answer = false, any_gated = false;
   // One headline row per (mode, precision) in the order the cases ran; a mode without cases gets one row.
   std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& m : mode_order) {
@@ -102,10 +102,12 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
     for (auto& cr : r.cases) {
       if (cr.mode != m || cr.precision != prec) continue;
       // A case without completions is never reproducible, and never divergent: its errors are errors.
-      cr.divergent = cr.n > 0 && (cr.unique > 1 || (cr.tara.has_value() && !*cr.tara));
+      // No answer in identical outputs is its own verdict ("no answer"), never a divergence.
+      cr.divergent = cr.n > 0 && (cr.unique > 1 || (cr.tara.has_value() && !*cr.tara && !cr.no_answer));
       cr.failed = ms.gated && (cr.divergent || cr.n == 0);
       ms.cases++;
       ms.divergent_cases += cr.divergent;
+      ms.no_answer_cases += cr.no_answer;
       ms.errors += cr.errors;
       n_total += cr.n;
       if (cr.n == 0) continue;
@@ -133,13 +135,20 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.verdict = "errors";
     else if (ms.divergent_cases > t.max_divergent || ms.tarr_rate + 1e-12 < t.min_tarr)
       ms.verdict = "divergent";
+    else if (ms.no_answer_cases > 0)
+      ms.verdict = "no answer";
     else
       ms.verdict = "reproducible";
-    ms.gate = !ms.gated ? "not gated" : ms.verdict == "reproducible" ? "pass" : "fail";
+    // "no answer": the outputs are reproducible, the answer check had nothing to compare; it passes
+    // the gate, and the run's verdict says so (exit 0 with a warning).
+    ms.gate = !ms.gated                                                   ? "not gated"
+              : ms.verdict == "reproducible" || ms.verdict == "no answer" ? "pass"
+                                                                          : "fail";
     if (ms.gated) {
       any_gated = true;
       gate_errors = gate_errors || ms.verdict == "errors" || ms.verdict == "not run";
       gate_divergent = gate_divergent || ms.verdict == "divergent";
+      gate_no_answer = gate_no_answer || ms.verdict == "no answer";
     }
     s.modes.push_back(ms);
   }
@@ -151,11 +160,16 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
     s.errors += cr.errors;
   }
   const bool drift = r.baseline && r.baseline->drifted;
-  s.verdict = s.interrupted                 ? "interrupted"
-              : gate_errors || !any_gated   ? "errors"
-              : gate_divergent              ? "divergent"
-              : drift                       ? "drift"
-                                            : "reproducible";
+  s.verdict = s.interrupted               ? "interrupted"
+              : gate_errors || !any_gated ? "errors"
+              : gate_divergent            ? "divergent"
+              : drift                     ? "drift"
+              : gate_no_answer            ? "no answer"
+                                          : "reproducible";
+}
+
+std::string case_verdict(const CaseResult& c) {
+  return c.n == 0 ? "no completions" : c.divergent ? "divergent" : c.no_answer ? "no answer" : "reproducible";
 }
 
 int exit_code_for(const AuditReport& r) {

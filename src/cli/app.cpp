@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -73,6 +74,9 @@ int check_stdout(int code) {
 }  // namespace
 
 int main_entry(int argc, char** argv) {
+  // A file size limit (ulimit -f) makes a write fail with EFBIG, like a full disk: the write's error
+  // is handled (finished work kept, one error line), not a kill by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"repro-audit"};
   Runner runner;
   // `run` is the default subcommand: `repro-audit --profile ci` is `repro-audit run --profile ci`.

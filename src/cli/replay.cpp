@@ -1,9 +1,12 @@
 // The replay half of `run` and `canary` (see include/repro/cli/replay.hpp).
 #include "repro/cli/replay.hpp"
 
+#include <stdlib.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "repro/audit/analysis.hpp"
@@ -29,6 +32,56 @@ extern "C" void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);  // a second signal ends at once
 }
 
+// When the reports cannot be written (a full disk), the finished completions are kept for --resume:
+// as checkpoint.json in the --out directory, else in a fresh directory under $TMPDIR (or /tmp).
+// Says where in one line on stderr; never throws (the write's own error is the one that counts).
+void keep_finished(const AuditReport& r, const std::string& out_dir, const char* fix) {
+  namespace fs = std::filesystem;
+  AuditReport kept = r;  // what --resume reads: the plan, provenance and completions, not the analysis
+  kept.cases.clear();
+  kept.cross_mode.clear();
+  kept.tradeoff.clear();
+  kept.variants.clear();
+  kept.token_text.clear();
+  kept.summary = Summary{};
+  std::string text;
+  try {
+    text = to_json(kept);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: the finished run (%zu completions) could not be kept: %s\n",
+                 r.completions.size(), e.what());
+    return;
+  }
+  std::string failed;
+  auto try_dir = [&](const std::string& dir) {
+    try {
+      write_file_atomic((fs::path(dir) / "checkpoint.json").string(), text);
+      std::fprintf(stderr,
+                   "note: the finished run (%zu completions) is kept in %s; %s, then write its reports with: "
+                   "repro-audit run --resume %s\n",
+                   r.completions.size(), (fs::path(dir) / "checkpoint.json").string().c_str(), fix, dir.c_str());
+      return true;
+    } catch (const std::exception& e) {
+      failed += (failed.empty() ? "" : "; ") + std::string(e.what());
+      return false;
+    }
+  };
+  if (out_dir != "-" && !out_dir.empty() && try_dir(out_dir)) return;
+  const char* t = std::getenv("TMPDIR");
+  std::string tmpl = (t && *t ? std::string(t) : std::string("/tmp")) + "/repro-audit-kept-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) != nullptr) {
+    if (try_dir(buf.data())) return;
+    fs::remove_all(buf.data());
+  } else {
+    failed += (failed.empty() ? "" : "; ") + std::string("cannot create a directory in ") + tmpl + ": " +
+              std::strerror(errno);
+  }
+  std::fprintf(stderr, "error: the finished run (%zu completions) could not be kept either: %s\n",
+               r.completions.size(), failed.c_str());
+}
+
 }  // namespace
 
 int replay_and_report(ReplayJob& job) {
@@ -50,6 +103,8 @@ int replay_and_report(ReplayJob& job) {
     golden = from_json(text, job.baseline);
     golden_digest_ok = verify_report_digest(text, &golden_digest);
   }
+  for (const auto& f : plan.formats)  // a FORMAT=PATH that can never be written: refused before the run
+    if (auto eq = f.find('='); eq != std::string::npos) check_replaceable(f.substr(eq + 1));
   if (out_dir != "-") {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -95,11 +150,9 @@ int replay_and_report(ReplayJob& job) {
   } catch (...) {
     std::signal(SIGINT, old);
     std::signal(SIGTERM, old_term);
-    if (!report.completions.empty() && !checkpoint.empty()) {  // never lose finished work
+    if (!report.completions.empty()) {  // never lose finished work
       redact(report);
-      write_file_atomic(checkpoint, to_json(report));
-      std::fprintf(stderr, "note: %zu finished completions kept in %s (continue with --resume %s)\n",
-                   report.completions.size(), checkpoint.c_str(), out_dir.c_str());
+      keep_finished(report, out_dir, "fix the error below");
     }
     throw;
   }
@@ -118,7 +171,16 @@ int replay_and_report(ReplayJob& job) {
   if (job.model)  // the text of the tokens at first divergences, for the reports
     record_token_text(report, [&](int id) { return job.model->tokenizer->piece(id); });
   int override_code = job.after_analysis ? job.after_analysis(report) : -1;
-  auto written = write_reports(report, out_dir, plan.formats);
+  std::vector<std::string> written;
+  try {
+    written = write_reports(report, out_dir, plan.formats);
+  } catch (const BackendError&) {  // a full disk must not lose the finished run
+    keep_finished(report, out_dir, "free disk space");
+    throw;
+  } catch (...) {
+    keep_finished(report, out_dir, "fix the error below");
+    throw;
+  }
   if (!checkpoint.empty()) fs::remove(checkpoint);
   if (!job.sign_key.empty()) {
     std::string json_path;
@@ -141,6 +203,8 @@ int replay_and_report(ReplayJob& job) {
   }
   int code = exit_code_for(report);
   if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());
+  if (report.summary.verdict == "no answer")
+    std::fprintf(stderr, "warning: %s\n", verdict_cause(report).c_str());
   if (override_code >= 0) code = override_code;
   if (report.summary.interrupted) {
     const bool term_sig = g_signal == SIGTERM;

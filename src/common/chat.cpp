@@ -287,6 +287,27 @@ std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, c
   throw UsageError(what + ": chat template '" + t.name + "' is not one of " + chat_template_names());
 }
 
+std::optional<ContentMarker> find_control_text(const nlohmann::json& messages,
+                                               const std::vector<std::string>& markers) {
+  if (!messages.is_array()) return std::nullopt;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (!m.is_object() || !m.contains("content")) continue;
+    const std::string text = content_text(m["content"], "messages");
+    size_t best = std::string::npos;
+    std::string found;
+    for (const auto& mk : markers) {  // longest first: of two at one offset, the longer one wins
+      if (mk.empty()) continue;
+      size_t at = text.find(mk);
+      if (at < best) best = at, found = mk;
+    }
+    if (best != std::string::npos)
+      return ContentMarker{i, m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "",
+                           found};
+  }
+  return std::nullopt;
+}
+
 std::string render_chat(const nlohmann::json& messages, const std::string& what) {
   check_messages(messages, what);
   if (messages.size() == 1 && messages[0]["role"] == "user") return content_text(messages[0]["content"], what);

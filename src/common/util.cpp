@@ -120,14 +120,19 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
   return s;
 }
 
-void write_file_atomic(const std::string& path, std::string_view data) {
-  if (path == "-") {
-    size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
-    if (w != data.size() || std::fflush(stdout) != 0)
-      throw BackendError(std::string("cannot write to standard output: ") + std::strerror(errno) +
-                         "; check the disk or the pipe it goes to");
-    return;
-  }
+bool disk_full(int err) {
+  return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO;
+}
+
+void write_failed(const std::string& path, int err) {
+  const std::string why = "cannot write '" + path + "': " + std::strerror(err);
+  if (disk_full(err))
+    throw BackendError(why + "; free disk space (or raise the file size limit) or write elsewhere");
+  throw UsageError(why + "; check the path and its directory");
+}
+
+void check_replaceable(const std::string& path) {
+  if (path == "-") return;
   // Replace only a regular file: never a symlink (it would be replaced by a file, or followed to
   // somewhere else), a device node, a FIFO or a directory.
   struct stat st {};
@@ -140,15 +145,29 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     throw UsageError("refusing to write '" + path + "': it is " + kind +
                      ", and only regular files are replaced; give another path, or '-' for standard output");
   }
+}
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  if (path == "-") {
+    size_t w = std::fwrite(data.data(), 1, data.size(), stdout);
+    if (w != data.size() || std::fflush(stdout) != 0)
+      throw BackendError(std::string("cannot write to standard output: ") + std::strerror(errno) +
+                         "; check the disk or the pipe it goes to");
+    return;
+  }
+  check_replaceable(path);
   std::filesystem::path p(path);
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   std::string tmpl = dir + "/." + p.filename().string() + ".tmp.XXXXXX";
   std::vector<char> tmp(tmpl.begin(), tmpl.end());
   tmp.push_back('\0');
   int fd = ::mkstemp(tmp.data());  // O_EXCL: never follows or reuses anything already there
-  if (fd < 0)
-    throw UsageError("cannot write '" + path + "': " + std::strerror(errno) +
+  if (fd < 0) {
+    int e = errno;
+    if (disk_full(e)) write_failed(path, e);
+    throw UsageError("cannot write '" + path + "': " + std::strerror(e) +
                      "; check that its directory exists and is writable");
+  }
   ::fchmod(fd, 0644);
   size_t off = 0;
   while (off < data.size()) {
@@ -158,14 +177,20 @@ void write_file_atomic(const std::string& path, std::string_view data) {
       int e = errno;
       ::close(fd);
       ::unlink(tmp.data());
-      throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
+      write_failed(path, e);
     }
     off += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.data());
+    write_failed(path, e);
+  }
+  if (::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.data());
-    throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; free disk space or choose another --out");
+    write_failed(path, e);
   }
   if (::rename(tmp.data(), path.c_str()) != 0) {
     int e = errno;

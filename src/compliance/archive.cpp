@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
@@ -87,11 +88,34 @@ struct Stmt {
   int64_t integer(int col) const { return sqlite3_column_int64(s, col); }
 };
 
+// SQLite could not write (SQLITE_FULL, SQLITE_IOERR_*): the disk, a quota or a file size limit is
+// the cause, not the archive. Exit 3, naming the file and the operating system's error.
+bool io_failure(int rc) {
+  return (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR;
+}
+BackendError write_failure(sqlite3* db, const std::string& path) {
+  // The OS error when SQLite kept it (it does not always: a short write is SQLITE_FULL without one).
+  const int e = sqlite3_system_errno(db);
+  const std::string os = e != 0 ? std::strerror(e)
+                         : (sqlite3_extended_errcode(db) & 0xff) == SQLITE_FULL
+                             ? "disk full"
+                             : "the disk is full or failed";
+  return BackendError("--db '" + path + "': cannot write the archive: " + os +
+                      " (SQLite: " + sqlite3_errmsg(db) +
+                      "); free disk space (or raise the file size limit), then add the report again");
+}
+// A failed statement: a write failure as above, anything else as SQLite says it.
+[[noreturn]] void fail_step(sqlite3* db, const std::string& path) {
+  if (io_failure(sqlite3_extended_errcode(db))) throw write_failure(db, path);
+  throw BackendError("archive '" + path + "': " + sqlite3_errmsg(db));
+}
+
 void exec(sqlite3* db, const char* sql, const std::string& where) {
   char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  if (int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
+    if (io_failure(rc) || io_failure(sqlite3_extended_errcode(db))) throw write_failure(db, where);
     throw BackendError("archive '" + where + "': " + msg);
   }
 }
@@ -232,6 +256,12 @@ Archive::Archive(const std::string& path) : path_(path) {
       break;
     }
     failure = sqlite3_errmsg(db_);
+    if (io_failure(rc) || io_failure(sqlite3_extended_errcode(db_))) {  // the disk, not the archive
+      BackendError e = write_failure(db_, path);
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw e;
+    }
     if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) break;
     ::usleep(100000);
   }
@@ -326,14 +356,14 @@ ArchiveEntry Archive::add(const ReportFiles& files, const AddOptions& opt, bool*
     ins.bind(15, envelope);
     ins.bind(16, e.prev_hash);
     ins.bind(17, e.row_hash);
-    if (sqlite3_step(ins.s) != SQLITE_DONE) throw BackendError("archive '" + path_ + "': " + sqlite3_errmsg(db_));
+    if (sqlite3_step(ins.s) != SQLITE_DONE) fail_step(db_, path_);
     for (const auto& [f, content] : contents) {
       Stmt fi(db_, "INSERT INTO files(seq, name, sha256, content) VALUES(?,?,?,?)", path_);
       fi.bind(1, e.seq);
       fi.bind(2, f.name);
       fi.bind(3, f.sha256);
       fi.blob(4, content);
-      if (sqlite3_step(fi.s) != SQLITE_DONE) throw BackendError("archive '" + path_ + "': " + sqlite3_errmsg(db_));
+      if (sqlite3_step(fi.s) != SQLITE_DONE) fail_step(db_, path_);
     }
     exec(db_, "COMMIT", path_);
   } catch (...) {

@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <stdio.h>  // renameat2
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
@@ -111,27 +113,53 @@ std::string public_der(EVP_PKEY* k) {
   return out;
 }
 
-// Creates `path` with O_EXCL and `mode`, writes `data`; UsageError when it exists.
-void write_new_file(const std::string& path, const std::string& data, mode_t mode) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+// A key file appears whole or not at all: write_key_temp writes `data` to a fresh temporary file
+// beside `path` (mode 0600 from creation, then `mode`), fsynced, and returns its name; a failed write
+// (a full disk: BackendError, exit 3) leaves no file. publish_key gives it its name without ever
+// replacing a file (renameat2 RENAME_NOREPLACE, else link); false when the name is taken.
+std::string write_key_temp(const std::string& path, const std::string& data, mode_t mode) {
+  fs::path p(path);
+  std::string tmpl = (p.has_parent_path() ? p.parent_path().string() : std::string(".")) + "/." +
+                     p.filename().string() + ".tmp.XXXXXX";
+  std::vector<char> tmp(tmpl.begin(), tmpl.end());
+  tmp.push_back('\0');
+  int fd = ::mkstemp(tmp.data());  // mode 0600 from the start
   if (fd < 0) {
-    if (errno == EEXIST)
-      throw UsageError("keygen --out: '" + path + "' already exists; keys are never overwritten, choose another prefix");
+    int e = errno;
+    if (disk_full(e)) write_failed(path, e);
     throw UsageError(fmt_error_open(path, "key file"));
   }
-  ::fchmod(fd, mode);  // umask may have narrowed it; make it exactly `mode`
-  size_t off = 0;
-  while (off < data.size()) {
+  ::fchmod(fd, mode);
+  int err = 0;
+  for (size_t off = 0; off < data.size() && !err;) {
     ssize_t w = ::write(fd, data.data() + off, data.size() - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      ::close(fd);
-      throw UsageError("cannot write key file '" + path + "': " + std::strerror(errno));
-    }
-    off += size_t(w);
+    if (w <= 0)
+      err = w < 0 ? errno : EIO;
+    else
+      off += size_t(w);
   }
-  ::fsync(fd);
-  ::close(fd);
+  if (!err && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && !err) err = errno;
+  if (err) {
+    ::unlink(tmp.data());
+    write_failed(path, err);
+  }
+  return std::string(tmp.data());
+}
+
+bool publish_key(const std::string& tmp, const std::string& path) {
+  int rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // a file system without RENAME_NOREPLACE
+    rc = ::link(tmp.c_str(), path.c_str());
+    if (rc == 0) ::unlink(tmp.c_str());
+  }
+  int e = errno;
+  if (rc == 0) return true;
+  ::unlink(tmp.c_str());
+  if (e == EEXIST) return false;
+  throw UsageError("keygen --out: cannot create '" + path + "': " + std::strerror(e) +
+                   "; choose another prefix");
 }
 
 Pkey read_private_key(const std::string& path) {
@@ -167,8 +195,29 @@ std::string generate_keypair(const std::string& prefix) {
   if (PEM_write_bio_PrivateKey(priv.get(), k.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1 ||
       PEM_write_bio_PUBKEY(pub.get(), k.get()) != 1)
     throw std::runtime_error("OpenSSL: cannot encode the key pair as PEM");
-  write_new_file(prefix, bio_string(priv.get()), 0600);
-  write_new_file(pub_path, bio_string(pub.get()), 0644);
+  // Both files whole or neither: written first, then named; a failure removes what was written.
+  auto exists = [](const std::string& p) {
+    return UsageError("keygen --out: '" + p +
+                      "' already exists; keys are never overwritten, choose another prefix");
+  };
+  const std::string priv_tmp = write_key_temp(prefix, bio_string(priv.get()), 0600);
+  std::string pub_tmp;
+  try {
+    pub_tmp = write_key_temp(pub_path, bio_string(pub.get()), 0644);
+  } catch (...) {
+    ::unlink(priv_tmp.c_str());
+    throw;
+  }
+  if (!publish_key(priv_tmp, prefix)) {
+    ::unlink(pub_tmp.c_str());
+    throw exists(prefix);
+  }
+  try {
+    if (!publish_key(pub_tmp, pub_path)) throw exists(pub_path);
+  } catch (...) {
+    ::unlink(prefix.c_str());  // the private key just named: no half pair stays
+    throw;
+  }
   return sha256_hex(public_der(k.get()));
 }
 
@@ -276,7 +325,7 @@ std::string str_at(const json& j, const char* a, const char* b = nullptr) {
 
 std::string verdict_result(const std::string& verdict) {
   if (verdict == "reproducible") return "PASSED";
-  if (verdict == "interrupted") return "WARNED";
+  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
   return "FAILED";  // divergent, errors, and anything this version does not know
 }
 

@@ -80,7 +80,7 @@ bool plain_name(const std::string& n) {
 
 std::string verdict_result(const std::string& verdict) {
   if (verdict == "reproducible") return "PASSED";
-  if (verdict == "interrupted") return "WARNED";
+  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
   return "FAILED";
 }
 

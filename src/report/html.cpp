@@ -545,7 +545,7 @@ std::string to_html(const AuditReport& r) {
   // ---- cases
   o += "<h2>Cases</h2>\n";
   for (const auto& c : r.cases) {
-    std::string state = c.n == 0 ? "no completions" : c.divergent ? "divergent" : "reproducible";
+    std::string state = case_verdict(c);
     o += fmt::format("<details{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
                      "{} unique of {}</summary>\n",
                      c.divergent || c.n == 0 ? " open" : "", c.divergent || c.n == 0 ? "bad" : "good", esc(state),

@@ -63,7 +63,7 @@ std::string to_junit(const AuditReport& r) {
   int tests = 0, failures = 0, errors = 0;
   std::string body;
   for (const auto& m : modes) {
-    int t = 0, f = 0, e = 0;
+    int t = 0, f = 0, e = 0, sk = 0;
     double suite_time = 0;
     std::string cases;
     for (const auto& c : r.cases) {
@@ -85,6 +85,12 @@ std::string to_junit(const AuditReport& r) {
                                 head(c.clusters[i].text, 200));
         cases += fmt::format(">\n      <failure message=\"{}\" type=\"divergent\">{}</failure>\n    </testcase>\n",
                              xml(summary), xml(detail));
+      } else if (c.no_answer) {  // nothing to compare: the answer check did not happen
+        ++sk;
+        cases += fmt::format(
+            ">\n      <skipped message=\"{}\"/>\n      <system-out>{}</system-out>\n    </testcase>\n",
+            xml(fmt::format("no answer: the answer extractor matched none of the {} completions", c.n)),
+            xml(summary));
       } else {
         cases += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml(summary));
       }
@@ -98,9 +104,10 @@ std::string to_junit(const AuditReport& r) {
                            xml(m), xml(fmt::format("{} of {} requests failed ({:.1f}%, max {:.1f}%)", ms.failed_requests,
                                                    ms.requests, 100 * ms.error_rate, 100 * r.thresholds.max_error_rate)));
     }
-    body += fmt::format("  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
-                        "skipped=\"0\" time=\"{:.3f}\">\n",
-                        xml(m), t, f, e, suite_time);
+    body += fmt::format(
+        "  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
+        "skipped=\"{}\" time=\"{:.3f}\">\n",
+        xml(m), t, f, e, sk, suite_time);
     // Structured output (plan with a JSON Schema): the mode's schema-valid rate and JSON agreement,
     // after validation with retry and before, as properties (measurements, not tests).
     for (const auto& ms : r.summary.modes) {

@@ -1,6 +1,8 @@
 // Markdown report: verdict, headline table per mode, throughput, then every case with its clusters.
 #include <fmt/core.h>
 
+#include <cctype>
+
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
@@ -9,6 +11,12 @@
 namespace repro {
 
 namespace {
+
+// "DIVERGENT", "NO ANSWER", "NO COMPLETIONS": the case headings shout what needs a look.
+std::string upper_verdict(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
 
 // Text inside a table cell: escape what Markdown would interpret, keep it on one line.
 std::string cell(const std::string& s, size_t max_bytes = 0) {
@@ -208,9 +216,10 @@ std::string to_markdown(const AuditReport& r) {
 
   o += "## Cases\n";
   for (const auto& c : r.cases) {
-    o += fmt::format("\n### {} · {} · {}: {}\n\n", cell(prompt_snippet(r, c.prompt_id)), cell(c.decoding_id),
-                     cell(mode_label(c.mode, c.precision)),
-                     c.n == 0 ? "NO COMPLETIONS" : c.divergent ? "DIVERGENT" : "reproducible");
+    o += fmt::format(
+        "\n### {} · {} · {}: {}\n\n", cell(prompt_snippet(r, c.prompt_id)), cell(c.decoding_id),
+        cell(mode_label(c.mode, c.precision)),
+        c.n == 0 || c.divergent || c.no_answer ? upper_verdict(case_verdict(c)) : case_verdict(c));
     if (!c.prompt_text.empty())
       o += "Prompt (" + cell(c.prompt_id) + "): " + cell(display_text(c.prompt_text), 200) + "\n\n";
     o += fmt::format("N = {}, unique = {}, TARr@N = {}", c.n, c.unique, c.tarr ? "yes" : "no");

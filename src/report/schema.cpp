@@ -251,6 +251,7 @@ void describe(V& v, T& x) {
   v.only_if(extractor, "tara", x.tara);
   v.only_if(extractor, "answer_unique", x.answer_unique);
   v.only_if(extractor, "answer_missing", x.answer_missing);
+  v.only_if(extractor, "no_answer", x.no_answer);
   v("bit_divergent", x.bit_divergent);
   v("bit_unique", x.bit_unique);
   v("divergent", x.divergent);
@@ -320,6 +321,7 @@ void describe(V& v, T& x) {
   v("precision", x.precision);
   v("cases", x.cases);
   v("divergent_cases", x.divergent_cases);
+  v.only_if(x.no_answer_cases > 0, "no_answer_cases", x.no_answer_cases);
   v("tarr_rate", x.tarr_rate);
   v("mean_unique", x.mean_unique);
   v("bit_divergent_share", x.bit_divergent_share);

@@ -140,21 +140,18 @@ std::string verdict_cause(const AuditReport& r) {
     for (const auto& m : s.modes)
       if (m.gated && m.verdict == "divergent") {
         why += fmt::format("{}'{}': {} of {} cases divergent, TARr@N {} (gate: at most {}, TARr@N >= {})",
-                           why.empty() ? "" : "; ", mode_label(m.mode, m.precision), m.divergent_cases, m.cases, fmt_percent(m.tarr_rate),
-                           r.thresholds.max_divergent, fmt_percent(r.thresholds.min_tarr));
-        // cases divergent only because the answer extractor found no answer in some completions
-        int only_missing = 0, missing = 0, n = 0;
-        for (const auto& c : r.cases)
-          if (c.mode == m.mode && c.precision == m.precision && c.divergent && c.unique <= 1 && c.answer_missing > 0) {
-            ++only_missing;
-            missing += c.answer_missing;
-            n += c.n;
-          }
-        if (only_missing > 0)
-          why += fmt::format(", {} of them only because the answer is missing (answer missing in {}/{} of their "
-                             "completions: check {})",
-                             only_missing, missing, n, r.answer_json_path.empty() ? "--answer-regex" : "--answer-json-path");
+                           why.empty() ? "" : "; ", mode_label(m.mode, m.precision), m.divergent_cases,
+                           m.cases, fmt_percent(m.tarr_rate), r.thresholds.max_divergent,
+                           fmt_percent(r.thresholds.min_tarr));
       }
+  } else if (s.verdict == "no answer") {
+    const std::string flag = r.answer_json_path.empty() ? "--answer-regex" : "--answer-json-path";
+    for (const auto& m : s.modes)
+      if (m.gated && m.verdict == "no answer")
+        why += fmt::format(
+            "{}'{}': {} found no answer in {} of {} cases (their outputs are identical, so not "
+            "divergent; TARa has nothing to compare): check {} against the outputs",
+            why.empty() ? "" : "; ", mode_label(m.mode, m.precision), flag, m.no_answer_cases, m.cases, flag);
   } else if (s.verdict == "drift" && r.baseline) {
     why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
                       r.baseline->changes.size(), r.baseline->changes.size() == 1 ? "" : "s");
@@ -258,6 +255,8 @@ std::string to_terminal_raw(const AuditReport& r) {
   };
   list("divergent cases:\n", [](const CaseResult& c) { return c.divergent; });
   list("cases without completions:\n", [](const CaseResult& c) { return c.n == 0; });
+  list("cases with no answer (the extractor matched none of their identical outputs):\n",
+       [](const CaseResult& c) { return c.no_answer; });
   if (r.baseline) out += baseline_text(*r.baseline);
   return out;
 }
@@ -330,7 +329,7 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   auto label = [&](const CaseResult& c) { return with_precision ? mode_label(c.mode, c.precision) : c.mode; };
   auto key = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, label(c)}; };
   auto majority = [](const CaseResult& c) { return c.clusters.empty() ? std::string() : c.clusters[0].hash; };
-  auto verdict = [](const CaseResult& c) { return std::string(c.divergent ? "divergent" : "reproducible"); };
+  auto verdict = [](const CaseResult& c) { return c.n == 0 ? std::string("reproducible") : case_verdict(c); };
   std::map<Key, const CaseResult*> in_b;
   for (const auto& c : b.cases) in_b[key(c)] = &c;
   std::map<Key, bool> in_a;

@@ -102,6 +102,10 @@ void Tokenizer::set_special_tokens(const TokenizerData& d) {
   std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) {
     return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second;
   });
+  controls_.clear();
+  for (const auto& [text, id] : specials_)
+    if (static_cast<TokenType>(d.types[static_cast<size_t>(id)]) == TokenType::Control)
+      controls_.push_back(text);
 }
 
 std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos) const {

@@ -56,6 +56,9 @@ struct PlanOptions {
   // remote
   std::vector<int> concurrency = {1, 8};
   bool cache_probe = true;
+  // Chat message content that spells a control token of the model's chat template opens a turn of
+  // its own; refused unless allowed (local engine only).
+  bool allow_control_tokens = false;
 };
 
 // A built-in profile (embedded from profiles/*.json at build time) or a JSON file.
@@ -126,7 +129,18 @@ struct ContextCell {
   int mate_prompt_delta = 0;  // tokens added to its prompt
 };
 // Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
-// prompt deltas (batch size 1: one, without batch mates).
+// prompt deltas (batch size 1: one, without batch mates). A numeric position a batch size cannot
+// hold (position >= batch size) is skipped for that batch size (see skipped_positions).
 std::vector<ContextCell> context_cells(const PlanOptions& o);
+
+// The numeric --positions a batch size of the sweep cannot hold, per batch size above 1 (batch size
+// 1 always runs the prompt alone, at position 0). Local runs record them in the report's plan block
+// ("positions_skipped"); validate_plan refuses a position no batch size holds and a batch size that
+// holds none of the positions.
+struct SkippedPositions {
+  int batch_size = 0;
+  std::vector<int> positions;
+};
+std::vector<SkippedPositions> skipped_positions(const PlanOptions& o);
 
 }  // namespace repro

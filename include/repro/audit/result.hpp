@@ -194,8 +194,10 @@ struct CaseResult {
   std::vector<Cluster> clusters;  // majority first, then by count desc, hash asc
   std::vector<FactorTable> factors;
   bool failed = false;            // counts against the thresholds
-  bool divergent = false;         // unique > 1, or TARa false when an extractor is configured
+  bool divergent = false;         // unique > 1, or TARa false with answers found (an extractor is configured)
   int answer_missing = 0;         // completions where the extractor found no answer
+  bool no_answer = false;         // extractor configured, unique == 1 and no completion has an answer:
+                                  // "no answer", neither divergent nor an agreement of answers
   DriftSize drift_size;              // size of the drift against the reference context
   std::optional<StructuredCase> structured;  // plan with a JSON Schema only
   std::vector<FieldAgreement> fields;        // one per --answer-json-path path (empty without)
@@ -294,6 +296,7 @@ struct ModeSummary {
   std::string precision;          // local: one row per (mode, precision); remote: empty
   int cases = 0;
   int divergent_cases = 0;
+  int no_answer_cases = 0;        // cases with no_answer true
   double tarr_rate = 0;           // share of cases with TARr = true
   double mean_unique = 0;
   double bit_divergent_share = 0;
@@ -301,7 +304,8 @@ struct ModeSummary {
   int errors = 0;
   bool gated = true;              // the thresholds apply to this mode
   ModeDriftSize drift_size;              // drift against the reference context, over the mode's cases
-  std::string verdict;            // "reproducible" / "divergent" / "errors" / "not run" (same rule for every mode)
+  std::string verdict;  // "reproducible" / "no answer" / "divergent" / "errors" / "not run" (same rule for
+                        // every mode)
   // ---- request accounting and the gate (see include/repro/audit/verdict.hpp)
   std::string gate;               // "pass" / "fail" / "not gated"
   int64_t requests = 0;           // requests finished: probes (+ fillers for remote endpoints)
@@ -332,7 +336,7 @@ struct Summary {
   int max_unique = 0;
   int completions = 0;
   int errors = 0;
-  std::string verdict;            // "reproducible" / "divergent" / "errors" / "drift" / "interrupted"
+  std::string verdict;  // "reproducible" / "no answer" / "divergent" / "errors" / "drift" / "interrupted"
   bool interrupted = false;
   std::vector<ModeSummary> modes;
 };

@@ -48,7 +48,9 @@
 // recognised by the same markers.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace repro {
 
@@ -79,6 +81,17 @@ ChatTemplate chat_template_from_option(const std::string& value);
 // for the assistant's reply included). Throws UsageError(what + ": ...") when the messages are
 // malformed, when the template cannot express them, or when the template is unknown.
 std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl, const std::string& what);
+
+// Message content is rendered as written: text in it that spells a control token of the template
+// (<|im_start|>, <|eot_id|>, </s>, ...) becomes that token, as in llama.cpp, so a user message can
+// open a system turn of its own. The first such marker in the messages' contents (the earliest in
+// the first message that has one): its message index, role and marker text; nullopt when none.
+struct ContentMarker {
+  size_t message = 0;
+  std::string role, marker;
+};
+std::optional<ContentMarker> find_control_text(const nlohmann::json& messages,
+                                               const std::vector<std::string>& markers);
 
 // The plain format (remote endpoints apply their own templates; plans keep this as the text).
 std::string render_chat(const nlohmann::json& messages, const std::string& what = "messages");

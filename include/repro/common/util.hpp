@@ -30,8 +30,21 @@ std::string read_file(const std::string& path, const char* what = "file", uint64
 // Atomic write: write to a fresh temporary file in the same directory, fsync, rename over path.
 // Only a regular file (or nothing) is ever replaced: a symlink, device, FIFO or directory at
 // `path` is refused (UsageError). `path == "-"` writes to stdout; a failed write there throws
-// BackendError (exit 3). Throws UsageError naming the path and the fix.
+// BackendError (exit 3). A full disk (see disk_full) is a BackendError (exit 3: the environment
+// failed, not the input); a failure leaves no partial file. Other failures throw UsageError naming
+// the path and the fix.
 void write_file_atomic(const std::string& path, std::string_view data);
+
+// The check write_file_atomic makes first: UsageError when `path` is a symlink, device, FIFO or
+// directory ("-" and a missing or regular file pass). For checking outputs before long work.
+void check_replaceable(const std::string& path);
+
+// errno values that mean the disk (or a quota or file size limit) could not take the data: ENOSPC,
+// EDQUOT, EFBIG, EIO.
+bool disk_full(int err);
+// Throws for a failed write of `path` with errno `err`: BackendError "cannot write 'PATH': <OS
+// error>; free disk space ..." when disk_full(err), else UsageError.
+[[noreturn]] void write_failed(const std::string& path, int err);
 
 // `s` with bytes that are not printable escaped as \xNN (control characters, DEL, invalid UTF-8);
 // valid UTF-8 text is kept. For error messages that quote file contents.

@@ -38,6 +38,9 @@ class Tokenizer {
   // longest special tokens first, the text between them encoded on its own. For prompts rendered
   // by a chat template.
   std::vector<int> encode_special(std::string_view text, bool add_bos) const;
+  // The text of every control token (type control: <|im_start|>, <|eot_id|>, </s>, ...), longest
+  // first: text that encode_special turns into a turn marker of a chat template.
+  const std::vector<std::string>& control_tokens() const { return controls_; }
   // The bytes one token contributes to the output text (control tokens give "").
   virtual std::string piece(int id) const = 0;
   // Concatenated pieces of ids (no leading-space stripping).
@@ -60,6 +63,7 @@ class Tokenizer {
 
  private:
   std::vector<std::pair<std::string, int>> specials_;  // (text, id), longest first
+  std::vector<std::string> controls_;                  // the control tokens' texts, longest first
   static uint64_t next_instance();
   uint64_t instance_ = next_instance();
 };
