@@ -323,12 +323,6 @@ std::string str_at(const json& j, const char* a, const char* b = nullptr) {
   return p->is_string() ? p->get<std::string>() : std::string();
 }
 
-std::string verdict_result(const std::string& verdict) {
-  if (verdict == "reproducible") return "PASSED";
-  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
-  return "FAILED";  // divergent, errors, and anything this version does not know
-}
-
 json configuration(const json& doc, const AuditReport& r) {
   json conf = json::array();
   const json empty = json::object();
@@ -430,6 +424,12 @@ std::string sign_report(const ReportFiles& files, const std::string& key_path) {
                    {"signatures", json::array({{{"keyid", key_id}, {"sig", base64_encode(sig)}}})}};
   write_file_atomic(files.path(files.envelope), canonical_json_compact(envelope) + "\n");
   return key_id;
+}
+
+std::string verdict_result(const std::string& verdict) {
+  if (verdict == "reproducible") return "PASSED";
+  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
+  return "FAILED";  // divergent, errors, and anything this version does not know
 }
 
 }  // namespace repro::compliance

@@ -78,12 +78,6 @@ bool plain_name(const std::string& n) {
   return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\\') == std::string::npos;
 }
 
-std::string verdict_result(const std::string& verdict) {
-  if (verdict == "reproducible") return "PASSED";
-  if (verdict == "interrupted" || verdict == "no answer") return "WARNED";
-  return "FAILED";
-}
-
 // The envelope: its signature, then the statement it carries (null when unreadable).
 json check_envelope(const ReportFiles& f, const PublicKey* trusted, Verification& v) {
   const std::string env_path = f.path(f.envelope);

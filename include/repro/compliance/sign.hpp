@@ -61,6 +61,9 @@ ReportFiles locate_report(const std::string& target);
 std::vector<std::string> render_names(const std::string& json_name);
 // The render `name` (one of render_names(json_name)) of a report, as `run` and `report` write it.
 std::string render(const std::string& json_name, const std::string& name, const AuditReport& r);
+// The test-result predicate's result for a report verdict: PASSED (reproducible), WARNED
+// (interrupted, no answer) or FAILED (anything else). `sign` writes it and `verify` checks it.
+std::string verdict_result(const std::string& verdict);
 
 // Digests of the parts of a report document: "/key" for each top-level field, and one level
 // deeper ("/cases/3", "/summary/verdict") for arrays and objects. Lets `verify` name the field
