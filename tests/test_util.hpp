@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace repro::test {
 
@@ -55,6 +57,16 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+// Every file of fuzz/corpus/<name> as (file name, bytes), for the tests that replay a fuzz corpus
+// through its entry point; empty when the folder is missing.
+inline std::vector<std::pair<std::string, std::string>> corpus_files(const std::string& name) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / name;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file()) out.emplace_back(e.path().filename().string(), slurp(e.path()));
+  return out;
 }
 // Every regular file below `dir`, concatenated (to search all outputs of a run for a secret).
 inline std::string slurp_dir(const std::filesystem::path& dir) {

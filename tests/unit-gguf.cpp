@@ -373,17 +373,13 @@ TEST_CASE("gguf: missing and non-regular files name the path") {
 // =====================================================================================
 
 TEST_CASE("gguf: every file of fuzz/corpus/gguf replays through the fuzz entry without a crash") {
-  std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "gguf";
-  REQUIRE(std::filesystem::is_directory(dir));
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    std::string bytes = read_file(e.path().string());
-    CAPTURE(e.path().string());
+  const auto files = test::corpus_files("gguf");
+  for (const auto& [name, bytes] : files) {
+    CAPTURE(name);
     CHECK(fuzz_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
-    ++n;
   }
-  MESSAGE("replayed ", n, " corpus files");
-  CHECK(n >= 5);
+  MESSAGE("replayed ", files.size(), " corpus files");
+  CHECK(files.size() >= 5);
 }
 
 // =====================================================================================

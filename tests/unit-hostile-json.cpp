@@ -193,13 +193,10 @@ TEST_CASE("a signed report.json with a repeated key before the real one is INVAL
 }
 
 TEST_CASE("every file of fuzz/corpus/report replays through the fuzz entry without a crash") {
-  const fs::path dir = fs::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "report";
-  int n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string bytes = read_file(e.path().string());
-    CAPTURE(e.path().string());
+  const auto files = test::corpus_files("report");
+  for (const auto& [name, bytes] : files) {
+    CAPTURE(name);
     CHECK(fuzz::report_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
-    ++n;
   }
-  CHECK(n >= 7);
+  CHECK(files.size() >= 7);
 }

@@ -461,15 +461,11 @@ TEST_CASE("hostile schemas: serve answers 400 and generate exits 2, naming the l
 }
 
 TEST_CASE("json schema: every file of fuzz/corpus/json_schema replays through the fuzz entry without a trap") {
-  std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "json_schema";
-  REQUIRE(std::filesystem::is_directory(dir));
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    std::string bytes = read_file(e.path().string());
-    CAPTURE(e.path().string());
+  const auto files = test::corpus_files("json_schema");
+  for (const auto& [name, bytes] : files) {
+    CAPTURE(name);
     CHECK(json_schema_fuzz_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
-    ++n;
   }
-  MESSAGE("replayed ", n, " corpus files");
-  CHECK(n >= 10);
+  MESSAGE("replayed ", files.size(), " corpus files");
+  CHECK(files.size() >= 10);
 }

@@ -261,17 +261,13 @@ TEST_CASE("endpoint validation and API key loading name the flag") {
 }
 
 TEST_CASE("fuzz corpus fuzz/corpus/sse replays cleanly (regression)") {
-  std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "sse";
-  REQUIRE(std::filesystem::is_directory(dir));
-  int n = 0;
-  for (auto& f : std::filesystem::directory_iterator(dir)) {
-    std::string bytes = read_file(f.path().string());
-    CAPTURE(f.path().filename().string());
+  const auto files = test::corpus_files("sse");
+  for (const auto& [name, bytes] : files) {
+    CAPTURE(name);
     CHECK(repro::fuzz::sse_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
-    ++n;
   }
-  MESSAGE("replayed " << n << " corpus files");
-  CHECK(n >= 5);
+  MESSAGE("replayed " << files.size() << " corpus files");
+  CHECK(files.size() >= 5);
 }
 
 // ---------------------------------------------------------------- real HTTP on loopback

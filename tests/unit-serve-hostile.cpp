@@ -499,20 +499,12 @@ TEST_CASE("serve: a Content-Length over --max-body-bytes gets 413 at once, witho
 }
 
 TEST_CASE("fuzz corpus fuzz/corpus/request replays through the fuzz entry without a trap (regression)") {
-  const std::filesystem::path dir = std::filesystem::path(REPRO_SOURCE_DIR) / "fuzz" / "corpus" / "request";
-  REQUIRE(std::filesystem::is_directory(dir));
-  int files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    CAPTURE(e.path().filename().string());
-    std::ifstream in(e.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string bytes = ss.str();
+  const auto files = test::corpus_files("request");
+  for (const auto& [name, bytes] : files) {
+    CAPTURE(name);
     CHECK(serve::fuzz_request_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
-    ++files;
   }
-  CHECK(files >= 30);
+  CHECK(files.size() >= 30);
 }
 
 TEST_CASE("serve: a NUL inside a prompt or a chat message is kept: it is one more prompt token, not the end") {
