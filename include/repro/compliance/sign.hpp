@@ -7,6 +7,7 @@
 // - envelope: DSSE v1 (payloadType application/vnd.in-toto+json), signature over the PAE bytes,
 //   one envelope per line in <stem>.intoto.jsonl beside <stem>.json.
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -41,6 +42,16 @@ struct PublicKey {
 // Reads a public key PEM (or the public half of a private key PEM). UsageError naming the file
 // when it is unreadable or not an Ed25519 key.
 PublicKey load_public_key(const std::string& path);
+
+// A private key read from its PEM file (PKCS#8), with its key id. UsageError naming the file
+// when it is unreadable or not an Ed25519 key.
+struct PrivateKey {
+  std::string key_id;             // sha256 hex of the public key's DER
+  std::shared_ptr<void> handle;   // the OpenSSL key
+};
+PrivateKey load_private_key(const std::string& path);
+// Ed25519 signature of `message`.
+std::string ed25519_sign(const PrivateKey& key, std::string_view message);
 
 // Ed25519 verification of `message` with a public key (DER SubjectPublicKeyInfo).
 bool ed25519_verify(const std::string& public_der, std::string_view message, std::string_view signature);

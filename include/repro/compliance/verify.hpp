@@ -21,6 +21,13 @@ struct Verification {
   bool valid() const { return problems.empty(); }
 };
 
+// Checks the text of an envelope file named `name` (one DSSE line): its signatures (against
+// `trusted` when given; null: a note says the signature was not checked), then the in-toto
+// Statement it carries. Adds what it finds to `v`; returns the statement (null when unreadable).
+// src/compliance/envelope.cpp.
+nlohmann::json check_envelope_text(const std::string& text, const std::string& name, const PublicKey* trusted,
+                                   Verification& v);
+
 // `trusted` may be null: then the signature is not checked and a note says so.
 Verification verify_report(const ReportFiles& files, const PublicKey* trusted);
 
