@@ -241,6 +241,12 @@ TEST_CASE("device cuda: a model in a type the CUDA tables do not read is refused
   CHECK(r.code == 2);
   CHECK(r.output.find("error: --device cuda: the cuda-batch-invariant op table does not read Q8_0 weights") !=
         std::string::npos);
+  // serve refuses it the same way while starting (the engine is built after the port is bound).
+  auto s = test::run_cli("serve --model '" + path + "' --device cuda --port 0");
+  CAPTURE(s.output);
+  CHECK(s.code == 2);
+  CHECK(s.output.find("error: --device cuda: the cuda-batch-invariant op table does not read Q8_0 weights") !=
+        std::string::npos);
 #endif
 }
 

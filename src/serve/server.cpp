@@ -238,11 +238,15 @@ class GuardStream : public httplib::Stream {
 
   ssize_t write(const char* ptr, size_t size) override {
     if (c_.deadline_hit || c_.too_large) return -1;  // the 408 / 413 is sent by the connection loop instead
-    if (!wait(POLLOUT, write_timeout_s_)) return -1;
-    ssize_t n;
-    do n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n;
+    // Non-blocking: POLLOUT means some room, not room for `size` bytes, so a blocking send to a
+    // client that reads nothing would hang past the write timeout. A partial count is fine (the
+    // caller writes the rest); no room yet waits again, within the write timeout.
+    for (;;) {
+      if (!wait(POLLOUT, write_timeout_s_)) return -1;
+      const ssize_t n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    }
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -897,8 +901,13 @@ void Server::start() {
     throw UsageError(fmt::format("cannot listen on {}:{} (--host/--port): the address is in use or not available "
                                  "here; pick another --port, or --port 0 for a free one",
                                  I.opts.host, I.opts.port));
+  try {
+    I.sched->start();  // builds the engine: a model the op table cannot read is refused here
+  } catch (...) {
+    I.http.close_listener();
+    throw;  // not started: stop() and the destructor have nothing to undo
+  }
   I.started = true;
-  I.sched->start();
   const int threads = I.opts.http_threads > 0 ? I.opts.http_threads : std::max(64, 2 * I.opts.max_batch + 8);
   I.workers = std::make_unique<Pool>(static_cast<size_t>(threads), kReserveWorkers,
                                      [&I](int fd, bool reserve) { I.http.serve(fd, reserve); });
@@ -930,7 +939,7 @@ void Server::stop() {
   I.accept_quit = true;
   if (I.http_thread.joinable()) I.http_thread.join();
   I.http.close_listener();
-  I.workers->shutdown();
+  if (I.workers) I.workers->shutdown();
 }
 
 int Server::port() const { return impl_->bound_port; }
