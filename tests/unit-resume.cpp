@@ -269,6 +269,16 @@ TEST_CASE("--resume of a finished, signed run: nothing to resume, nothing writte
   auto v = run(dir, "verify '" + out.string() + "' --pubkey '" + key.string() + ".pub'");
   CAPTURE(v.output);
   CHECK(v.code == 0);
+  // A gate run again gets the finished run's own answer: a divergent run stays exit 1.
+  const fs::path div = dir / "divergent";
+  fs::create_directories(div);
+  nlohmann::json doc = nlohmann::json::parse(before.at("report.json"));
+  doc["summary"]["verdict"] = "divergent";
+  write_file_atomic((div / "report.json").string(), doc.dump());
+  auto d = run(dir, "run --quiet --resume '" + div.string() + "'");
+  CAPTURE(d.output);
+  CHECK(d.code == 1);
+  CHECK(d.output.find("finished (report.json, verdict divergent); nothing was written") != std::string::npos);
 }
 
 namespace {

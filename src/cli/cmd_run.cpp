@@ -256,6 +256,7 @@ int run_run(const RunOptions& o) {
   PlanOptions plan;
   bool finished = false;  // --resume of a run that finished
   std::string finished_verdict;
+  int finished_code = kExitOk;  // the finished run's own exit status: a re-run gate gets the same answer
   std::string out_dir = o.out;
   std::string model_path = o.engine.model();
   Device device = o.engine.device_value();
@@ -271,6 +272,7 @@ int run_run(const RunOptions& o) {
     // A report.json without a checkpoint beside it, from a run that was not interrupted: finished.
     finished = src == rj && !report.summary.interrupted && report.summary.verdict != "interrupted";
     finished_verdict = report.summary.verdict;
+    finished_code = exit_code_for(report);
     plan = plan_from_report(report);
     check_resume_flags(o, plan, report);
     if (report.environment.contains("model") && !o.given("--model"))
@@ -382,7 +384,7 @@ int run_run(const RunOptions& o) {
   if (finished) {
     std::fprintf(stderr, "nothing to resume: the run in %s finished (report.json, verdict %s); nothing was written\n",
                  o.resume.c_str(), finished_verdict.c_str());
-    return kExitOk;
+    return finished_code;
   }
   ReplayJob job;
   job.report = &report;
