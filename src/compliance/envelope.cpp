@@ -10,10 +10,6 @@ namespace repro::compliance {
 
 using nlohmann::json;
 
-namespace {
-std::string short_id(const std::string& h) { return h.size() > 16 ? h.substr(0, 16) : h; }
-}  // namespace
-
 json check_envelope_text(const std::string& text, const std::string& name, const PublicKey* trusted,
                          Verification& v) {
   const std::string E = name + ": ";

@@ -15,7 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string short_id(const std::string& h) { return h.size() > 16 ? h.substr(0, 16) : h; }
 
 // "line 12: expected '...', found '...'" for the first differing line of two texts.
 std::string first_difference(const std::string& want, const std::string& got) {

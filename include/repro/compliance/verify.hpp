@@ -10,6 +10,9 @@
 
 namespace repro::compliance {
 
+// The first 16 hex digits of a digest or key id, as verify's lines quote them.
+inline std::string short_id(const std::string& h) { return h.size() > 16 ? h.substr(0, 16) : h; }
+
 struct Verification {
   std::string report;                 // path of the report JSON
   std::vector<std::string> passed;    // checks that held, one line each
