@@ -18,7 +18,7 @@
 
 #include "repro/audit/drift.hpp"
 #include "repro/audit/stats.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 #include "repro/audit/tradeoff.hpp"
 #include "repro/audit/response_cache.hpp"
 #include "repro/audit/variants.hpp"

@@ -18,7 +18,7 @@
 #include "repro/common/util.hpp"
 #include "repro/audit/builtin_profiles.hpp"
 #include "repro/audit/plan_options.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 
 namespace repro {
 

@@ -12,7 +12,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 
 namespace repro {
 

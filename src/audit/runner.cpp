@@ -15,7 +15,7 @@
 #include "repro/audit/batch_context.hpp"
 #include "repro/audit/remote_probe.hpp"
 #include "repro/engine/engine.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"

@@ -8,7 +8,7 @@
 
 #include "repro/audit/batch_context.hpp"
 #include "repro/engine/engine.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 #include "repro/common/error.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"

@@ -15,7 +15,7 @@
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
 #include "repro/audit/provenance.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 #include "repro/remote/client.hpp"
 #include "repro/report/report.hpp"
 #include "repro/audit/runner.hpp"

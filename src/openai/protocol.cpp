@@ -191,7 +191,7 @@ std::string scrub_secret(std::string s, const std::string& secret) {
 namespace {
 
 // Every object schema with "properties" and no "additionalProperties" gets false: undeclared keys are
-// refused here by default (repro/engine/json_schema.hpp), and OpenAI's strict mode needs it said.
+// refused here by default (repro/structured/json_schema.hpp), and OpenAI's strict mode needs it said.
 json closed_objects(const json& s) {
   if (s.is_array()) {
     json a = json::array();

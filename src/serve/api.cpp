@@ -11,7 +11,7 @@
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 
 namespace repro::serve {
 
@@ -290,7 +290,7 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
   p.gen.params.logprobs = p.want_logprobs;  // the vocabulary-wide log-softmax only when asked
 
   // Structured output: response_format json_schema -> constrained decoding to that schema
-  // (repro/engine/json_schema.hpp); json_object -> any JSON object; text (or none) -> free text.
+  // (repro/structured/json_schema.hpp); json_object -> any JSON object; text (or none) -> free text.
   if (present(b, "response_format")) {
     const json& rf = b["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())

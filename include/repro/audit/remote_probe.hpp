@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
-#include "repro/engine/json_schema.hpp"
+#include "repro/structured/json_schema.hpp"
 #include "repro/remote/client.hpp"
 
 namespace repro {

@@ -13,7 +13,7 @@
 
 namespace repro {
 
-struct JsonConstraint;  // repro/engine/json_schema.hpp
+struct JsonConstraint;  // repro/structured/json_schema.hpp
 
 // Decoding parameters of one request. The sampling draw at step t depends only on
 // (seed, t, logits): never on batch size, batch mates or position.

@@ -1,5 +1,5 @@
-// Constrained decoding to a JSON Schema (see include/repro/engine/json_schema.hpp).
-#include "repro/engine/json_schema.hpp"
+// Constrained decoding to a JSON Schema (see include/repro/structured/json_schema.hpp).
+#include "repro/structured/json_schema.hpp"
 
 #include <fmt/core.h>
 
@@ -221,7 +221,7 @@ struct SchemaCompiler {
                      "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, "
                      "anyOf");
   }
-  // A limit (include/repro/engine/json_schema.hpp): one line naming it, where, and the fix.
+  // A limit (include/repro/structured/json_schema.hpp): one line naming it, where, and the fix.
   [[noreturn]] void fail_limit(const std::string& ptr, const std::string& what, const std::string& fix) {
     throw UsageError(out.where_ + ": " + what + " at " + (ptr.empty() ? "/" : ptr) + "; " + fix);
   }
