@@ -6,14 +6,15 @@
 
 #include <cmath>
 
-#include "repro/engine/perf_model.hpp"
-#include "repro/kernels/ceilings.hpp"
+#include "repro/bench/ceilings.hpp"
+#include "repro/bench/perf_model.hpp"
 #include "repro/model/synth.hpp"
 #include "test_util.hpp"
 
 extern "C" int openblas_get_num_threads(void);
 
 using namespace repro;
+using namespace repro::bench;
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,7 +86,7 @@ TEST_CASE("perf model: parameters, bytes and FLOPs of a step from the config") {
 }
 
 TEST_CASE("ceilings: triad bandwidth and sgemm peak are positive, finite, best of their runs") {
-  const auto triad = kernels::measure_triad({1, 2}, 4u << 20, 3);
+  const auto triad = bench::measure_triad({1, 2}, 4u << 20, 3);
   REQUIRE(triad.size() == 2);
   for (size_t i = 0; i < triad.size(); ++i) {
     CHECK(triad[i].threads == static_cast<int>(i) + 1);
@@ -99,7 +100,7 @@ TEST_CASE("ceilings: triad bandwidth and sgemm peak are positive, finite, best o
     CHECK(triad[i].gb_per_s == best);
   }
   const int blas_threads = openblas_get_num_threads();
-  const auto sgemm = kernels::measure_sgemm({2, 1}, 96, 2);
+  const auto sgemm = bench::measure_sgemm({2, 1}, 96, 2);
   CHECK(openblas_get_num_threads() == blas_threads);  // restored for the engine's matmul
   REQUIRE(sgemm.size() == 2);
   CHECK(sgemm[0].threads == 2);
@@ -110,5 +111,5 @@ TEST_CASE("ceilings: triad bandwidth and sgemm peak are positive, finite, best o
     CHECK(s.gflop_per_s > 0);
     CHECK(s.gflop_per_s == std::max(s.runs[0], s.runs[1]));
   }
-  CHECK_THROWS(kernels::measure_triad({0}, 1 << 20, 1));  // thread counts are checked like --threads
+  CHECK_THROWS(bench::measure_triad({0}, 1 << 20, 1));  // thread counts are checked like --threads
 }

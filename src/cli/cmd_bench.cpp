@@ -1,5 +1,6 @@
 // `repro-audit bench`: what batch invariance costs in throughput on this machine, with statistics.
-// For each model and thread count it measures, in both modes side by side:
+// For each model and thread count it measures, every op table of the device side by side
+// (repro/bench/tables.hpp: today default and batch-invariant):
 //   decode   per batch size: a real batch (the probe "Once upon a time" in the middle of filler
 //            prompts, every sequence greedy for --max-tokens tokens, EOS ignored so the batch stays
 //            full) is prefilled in one step, then the generated tokens of the following steps are
@@ -7,68 +8,37 @@
 //   prefill  per prompt length (--prompt-lengths): one sequence's prompt in one forward step,
 //            prompt tokens/s = length / time of that step.
 // as llama.cpp's batched-bench separates them. Every cell is warmed up (--warmup runs, not counted)
-// and measured --repeats times, the two modes interleaved run by run (alternating which goes
-// first) so a change of machine load hits both; it prints mean, standard deviation and min-max and
-// flags a cell whose coefficient of variation exceeds --noise-cv. It validates first: the
-// batch-invariant probe must be bit-identical (tokens and logits SHA-256) at every batch size,
-// thread count and run; the default mode's divergence from batch 1 is reported, not asserted.
-// Before the cells it measures this machine's ceilings at each thread count (memory bandwidth by a
-// STREAM-style triad, compute peak by OpenBLAS sgemm; repro/kernels/ceilings.hpp) and prints every
-// cell's mean as a share of the lower of its two ceilings (repro/engine/perf_model.hpp);
-// --no-ceilings skips that.
-// With --endpoint it measures OpenAI-compatible servers under load instead (bench_endpoint.cpp).
+// and measured --repeats times, the tables interleaved run by run (rotating which goes first) so a
+// change of machine load hits all of them; it prints mean, standard deviation and min-max and
+// flags a cell whose coefficient of variation exceeds --noise-cv. It validates first: every table
+// but the default one (the batch-invariant probe) must be bit-identical (tokens and logits SHA-256)
+// at every batch size, thread count and run; the default mode's divergence from batch 1 is
+// reported, not asserted. Before the cells it measures this machine's ceilings at each thread count
+// (memory bandwidth by a STREAM-style triad, compute peak by OpenBLAS sgemm; repro/bench/ceilings.hpp)
+// and prints every cell's mean as a share of the lower of its two ceilings
+// (repro/bench/perf_model.hpp); --no-ceilings skips that.
+// The measuring is the bench layer's (repro/bench/local.hpp); this file has the flags and the tables
+// it prints. With --endpoint it measures OpenAI-compatible servers under load instead
+// (bench_endpoint.cpp).
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <memory>
 #include <cstdlib>
-#include <filesystem>
-#include <nlohmann/json.hpp>
+#include <memory>
+#include <string>
+#include <vector>
 
-#include "repro/audit/batch_context.hpp"
-#include "repro/engine/engine.hpp"
-#include "repro/engine/perf_model.hpp"
-#include "repro/common/error.hpp"
-#include "repro/kernels/ceilings.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/model/model.hpp"
-#include "repro/model/default_model.hpp"
-#include "repro/model/synth.hpp"
-#include "repro/common/util.hpp"
+#include "repro/bench/local.hpp"
 #include "repro/cli/bench.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
+#include "repro/engine/device.hpp"
+#include "repro/model/default_model.hpp"
 
 namespace repro::cli {
-
-Stats summarize(std::vector<double> runs) {
-  Stats st;
-  st.runs = std::move(runs);
-  if (st.runs.empty()) return st;
-  double sum = 0;
-  for (double v : st.runs) sum += v;
-  st.mean = sum / static_cast<double>(st.runs.size());
-  double ss = 0;
-  for (double v : st.runs) ss += (v - st.mean) * (v - st.mean);
-  st.stddev = st.runs.size() > 1 ? std::sqrt(ss / static_cast<double>(st.runs.size() - 1)) : 0.0;
-  st.min = *std::min_element(st.runs.begin(), st.runs.end());
-  st.max = *std::max_element(st.runs.begin(), st.runs.end());
-  st.cv = st.mean > 0 ? st.stddev / st.mean : 0.0;
-  return st;
-}
-
-nlohmann::json stats_json(const Stats& st, double noise_cv) {
-  return {{"mean", st.mean}, {"stddev", st.stddev}, {"min", st.min},         {"max", st.max},
-          {"cv", st.cv},     {"runs", st.runs},     {"noisy", st.cv > noise_cv}};
-}
-
-std::string stats_cell(const Stats& st, double noise_cv) {
-  return fmt::format("{:.1f} ±{:.1f} [{:.1f}-{:.1f}]{}", st.mean, st.stddev, st.min, st.max,
-                     st.cv > noise_cv ? "*" : "");
-}
 
 std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   std::vector<int> out;
@@ -90,14 +60,11 @@ void BenchRuns::check() const {
   if (!(noise_cv > 0)) throw UsageError("--noise-cv must be above 0, e.g. 0.1 for 10%");
 }
 
-std::string load_average() {
-  std::string s;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {};
-    if (std::fgets(buf, sizeof buf, f)) s = trim(buf);
-    std::fclose(f);
-  }
-  return s;
+void BenchRuns::finish(bool any_noisy, const std::string& load_end, const nlohmann::json& result) const {
+  if (any_noisy)
+    fmt::print("* noisy: coefficient of variation above {:.0f}% (load average now {}); rerun or raise --repeats\n",
+               noise_cv * 100, load_end.empty() ? "unknown" : load_end);
+  if (!json.empty()) write_file_atomic(json, result.dump(2) + "\n");
 }
 
 namespace {
@@ -118,155 +85,151 @@ struct BenchOptions : EndpointBenchOptions {
 
 constexpr const char* kSynth100m = "synth:100m";
 
-
-
-// This machine's ceilings at one thread count.
-struct MachineCeiling {
-  int threads = 0;
-  double gb_per_s = 0, gflop_per_s = 0;
-};
-
-// Measures the ceilings at every thread count, prints them, and returns them with their JSON.
-std::vector<MachineCeiling> measure_ceilings(const BenchOptions& o, const std::vector<int>& threads,
-                                             nlohmann::json& jout) {
-  const size_t array_bytes = static_cast<size_t>(o.triad_mib) << 20;
-  const auto triad = kernels::measure_triad(threads, array_bytes, o.ceiling_repeats);
-  const auto sgemm = kernels::measure_sgemm(threads, o.sgemm_size, o.ceiling_repeats);
-  fmt::print("ceilings, best of {} after a warm-up: memory = STREAM-style triad a[i] = b[i] + s*c[i] over 3 x {} MiB "
-             "of doubles (24 bytes per element: 2 reads + 1 write; the write-allocate read is not counted), "
-             "compute = OpenBLAS sgemm {} x {} x {} (2 n^3 flops)\n",
-             o.ceiling_repeats, o.triad_mib, o.sgemm_size, o.sgemm_size, o.sgemm_size);
-  std::vector<MachineCeiling> out;
-  nlohmann::json per = nlohmann::json::array();
-  for (size_t i = 0; i < threads.size(); ++i) {
-    const MachineCeiling m{threads[i], triad[i].gb_per_s, sgemm[i].gflop_per_s};
-    fmt::print("  {} thread{}: memory {:.1f} GB/s, compute {:.1f} GFLOP/s\n", m.threads, m.threads == 1 ? "" : "s",
-               m.gb_per_s, m.gflop_per_s);
-    per.push_back({{"threads", m.threads},
-                   {"triad_gb_per_s", m.gb_per_s},
-                   {"triad_runs", triad[i].runs},
-                   {"sgemm_gflop_per_s", m.gflop_per_s},
-                   {"sgemm_runs", sgemm[i].runs}});
-    out.push_back(m);
-  }
-  const size_t llc = kernels::last_level_cache_bytes();
-  jout["ceilings"] = {{"last_level_cache_bytes", llc},
-                      {"triad_array_bytes", array_bytes},
-                      {"triad_bytes_per_element", 24},
-                      {"sgemm_size", o.sgemm_size},
-                      {"repeats", o.ceiling_repeats},
-                      {"per_threads", per}};
+// "412.3 mem" and "41%/38%" (each table's share of the ceiling, default first).
+std::string ceiling_cell(const bench::Ceiling& c) { return fmt::format("{:.1f} {}", c.tokens_per_s, c.kind); }
+std::string share_cell(const std::vector<bench::Stats>& stats, const bench::Ceiling& c) {
+  std::string out;
+  for (const auto& st : stats) out += fmt::format("{}{:.0f}%", out.empty() ? "" : "/", st.mean / c.tokens_per_s * 100);
   return out;
 }
 
-const MachineCeiling* ceiling_for(const std::vector<MachineCeiling>& cs, int threads) {
-  for (const auto& c : cs)
-    if (c.threads == threads) return &c;
-  return nullptr;
-}
+// The tables `bench` prints as it measures (the JSON is the bench layer's).
+class LocalPrinter : public bench::LocalObserver {
+ public:
+  explicit LocalPrinter(const BenchOptions& o) : o_(o) {}
 
-// "412.3 mem" and "41%/38%" (default / batch-invariant share of the ceiling).
-std::string ceiling_cell(const Ceiling& c) { return fmt::format("{:.1f} {}", c.tokens_per_s, c.kind); }
-std::string share_cell(double d, double inv) { return fmt::format("{:.0f}%/{:.0f}%", d * 100, inv * 100); }
-
-// The model's numbers and the ceiling of one row, for its JSON.
-void add_ceiling_json(nlohmann::json& row, const StepCost& cost, const Ceiling& c, double d_mean, double inv_mean) {
-  row["weight_bytes_per_step"] = cost.weight_bytes;
-  row["kv_bytes_per_step"] = cost.kv_bytes;
-  row["flops_per_token"] = cost.flops_per_token;
-  row["memory_ceiling_tokens_per_s"] = c.memory_tokens_per_s;
-  row["compute_ceiling_tokens_per_s"] = c.compute_tokens_per_s;
-  row["ceiling_tokens_per_s"] = c.tokens_per_s;
-  row["ceiling_kind"] = c.kind;
-  row["default_share_of_ceiling"] = c.tokens_per_s > 0 ? d_mean / c.tokens_per_s : 0.0;
-  row["invariant_share_of_ceiling"] = c.tokens_per_s > 0 ? inv_mean / c.tokens_per_s : 0.0;
-}
-
-// One batch: the probe at row batch/2 among batch-1 fillers, all max_tokens long.
-std::vector<GenRequest> make_batch(const Model& model, const std::string& probe, int batch, int max_tokens) {
-  const auto& pool = filler_pool();
-  std::vector<GenRequest> reqs(batch);
-  for (int i = 0; i < batch; ++i) {
-    const std::string& text = i == batch / 2 ? probe : pool[(static_cast<size_t>(i) * 7 + 3) % pool.size()];
-    reqs[i].prompt = model.tokenizer->encode(text, true);
-    reqs[i].params.max_tokens = max_tokens;
-    reqs[i].params.stop_at_eos = false;
-    reqs[i].params.logprobs = false;  // decode as a production engine does: no vocabulary-wide log-softmax
+  void start(const bench::LocalConfig& cfg, const bench::LocalSetup& s) override {
+    fmt::print("repro-audit bench: CPU AVX2+FMA {}, OPENBLAS_CORETYPE={}, max-tokens {}, warm-up {}, {} runs per "
+               "cell (modes interleaved), load average {}\n",
+               s.avx2_fma ? "yes" : "no", s.openblas_coretype.value_or("(unset)"), cfg.max_tokens, cfg.warmup,
+               cfg.repeats, s.load_average.empty() ? "unknown" : s.load_average);
+    precision_ = cfg.precision;
+    device_ = cfg.device;
   }
-  return reqs;
-}
 
-// A prompt of exactly `length` tokens: BOS, then the filler texts' tokens, cycled.
-std::vector<int> long_prompt(const Model& model, int length) {
-  std::vector<int> text_tokens;
-  for (const auto& f : filler_pool()) {
-    std::vector<int> t = model.tokenizer->encode(f + " ", false);
-    text_tokens.insert(text_tokens.end(), t.begin(), t.end());
+  void tables(const std::vector<bench::BenchTable>& tables) override {
+    tables_ = tables;
+    for (const auto& t : tables)
+      fmt::print("  {}: {}, {}, precision {}\n", t.info.name, t.info.isa, t.info.library, precision_name(precision_));
   }
-  std::vector<int> p = model.tokenizer->encode("", true);
-  if (p.empty()) p.push_back(text_tokens.empty() ? 0 : text_tokens.front());
-  for (size_t i = 0; static_cast<int>(p.size()) < length; ++i) p.push_back(text_tokens[i % text_tokens.size()]);
-  p.resize(static_cast<size_t>(length));
-  return p;
-}
 
-// One decode run: the batch joins, its prefill step is not timed, the remaining steps are.
-struct DecodeRun {
-  double tok_s = 0;
-  std::vector<int> probe_tokens;
-  std::string probe_sha;
-};
-
-DecodeRun decode_once(Engine& engine, const std::vector<GenRequest>& reqs) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<int> handles;
-  for (const auto& r : reqs) handles.push_back(engine.submit(r));
-  engine.step();  // prefill of every sequence + the first token
-  const int64_t before = engine.generated_tokens();
-  const auto t0 = Clock::now();
-  while (engine.busy()) engine.step();
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int64_t tokens = engine.generated_tokens() - before;
-  DecodeRun run;
-  run.tok_s = s > 0 ? static_cast<double>(tokens) / s : 0.0;
-  for (size_t i = 0; i < handles.size(); ++i) {
-    GenResult r = engine.take_result(handles[i]);
-    if (i == reqs.size() / 2) {
-      run.probe_tokens = std::move(r.tokens);
-      run.probe_sha = r.logits_sha256;
+  void ceilings(const bench::MachineCeilings* m) override {
+    if (!m) {
+      fmt::print("ceilings: not measured (they are the CPU's; --device {})\n", device_name(device_));
+      return;
     }
+    fmt::print("ceilings, best of {} after a warm-up: memory = STREAM-style triad a[i] = b[i] + s*c[i] over 3 x {} "
+               "MiB of doubles (24 bytes per element: 2 reads + 1 write; the write-allocate read is not counted), "
+               "compute = OpenBLAS sgemm {} x {} x {} (2 n^3 flops)\n",
+               o_.ceiling_repeats, o_.triad_mib, o_.sgemm_size, o_.sgemm_size, o_.sgemm_size);
+    for (const auto& c : m->per_threads)
+      fmt::print("  {} thread{}: memory {:.1f} GB/s, compute {:.1f} GFLOP/s\n", c.threads, c.threads == 1 ? "" : "s",
+                 c.gb_per_s, c.gflop_per_s);
+    have_ceilings_ = !m->per_threads.empty();
   }
-  return run;
-}
 
-// One prefill run: a single sequence's prompt in one forward step (its first token included).
-double prefill_once(Engine& engine, const GenRequest& req) {
-  using Clock = std::chrono::steady_clock;
-  const int h = engine.submit(req);
-  const auto t0 = Clock::now();
-  engine.step();
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  while (engine.busy()) engine.step();
-  engine.take_result(h);
-  return s > 0 ? static_cast<double>(req.prompt.size()) / s : 0.0;
-}
-
-// Runs measure(mode) warmup times per mode (not counted), then `repeats` times per mode with the
-// modes interleaved, alternating which goes first; stops early (at least 3 runs) past min_time.
-template <typename F>
-void interleaved(const BenchOptions& o, F&& measure) {
-  for (int w = 0; w < o.warmup; ++w)
-    for (int m = 0; m < 2; ++m) measure(m, false);
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  for (int rep = 0; rep < o.repeats; ++rep) {
-    const int first = rep % 2;
-    measure(first, true);
-    measure(1 - first, true);
-    if (o.min_time > 0 && rep + 1 >= 3 && std::chrono::duration<double>(Clock::now() - t0).count() >= o.min_time)
-      break;
+  void model(const bench::ModelInfo& m) override {
+    const ModelConfig& c = m.config;
+    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {}, context {})\n", m.name, c.dim,
+               c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size, c.context_length);
+    if (!have_ceilings_) return;
+    const bench::ModelCosts& costs = m.costs;
+    const size_t llc = m.last_level_cache_bytes;
+    fmt::print("performance model: {:.1f} MiB of matmul weights read per step, {:.1f} MFLOP per token in the "
+               "matmuls, KV cache {} bytes per position{}\n",
+               static_cast<double>(costs.weight_bytes()) / (1 << 20),
+               2.0 * static_cast<double>(costs.layer_matmul_params + costs.classifier_params) / 1e6,
+               costs.kv_bytes_per_position,
+               llc > 0 && static_cast<size_t>(costs.weight_bytes()) < llc
+                   ? fmt::format(" (smaller than the {} MiB last-level cache: DRAM bandwidth need not bound "
+                                 "this model, a share above 100% can happen)",
+                                 llc >> 20)
+                   : "");
   }
-}
+
+  void decode_start(int t, const bench::MachineCeiling* mc) override {
+    fmt::print("decode, {} thread{}: generated tokens/s after the prefill step, mean ±stddev [min-max]\n", t,
+               t == 1 ? "" : "s");
+    fmt::print("{:>6}{}  {}{}\n", "batch", mode_columns(),
+               mc ? fmt::format("{:>16} {:>{}}  ", "ceiling tok/s", share_label(), share_width()) : "",
+               "default probe vs batch 1");
+  }
+
+  void decode_row(const bench::DecodeRow& r) override {
+    const std::string ceiling_cols =
+        r.ceiling ? fmt::format("{:>16} {:>{}}  ", ceiling_cell(r.ceiling->limit),
+                                share_cell(r.stats, r.ceiling->limit), share_width())
+                  : "";
+    std::string differs;
+    for (size_t m = 0; m < tables_.size(); ++m)
+      if (!tables_[m].baseline() && !r.probe_same[m]) differs += "  " + upper(tables_[m].key) + " PROBE DIFFERS";
+    fmt::print("{:>6}{}  {}{}{}\n", r.batch_size, cells(r.stats, r.ratio), ceiling_cols, r.default_note, differs);
+    std::fflush(stdout);
+  }
+
+  void prefill_start(int t, const bench::MachineCeiling* mc) override {
+    fmt::print("prefill, {} thread{}: prompt tokens/s of one sequence, mean ±stddev [min-max]\n", t,
+               t == 1 ? "" : "s");
+    fmt::print("{:>6}{}{}\n", "prompt", mode_columns(),
+               mc ? fmt::format("  {:>16} {:>{}}", "ceiling tok/s", share_label(), share_width()) : "");
+  }
+
+  void prefill_row(const bench::PrefillRow& r) override {
+    const std::string ceiling_cols =
+        r.ceiling ? fmt::format("  {:>16} {:>{}}", ceiling_cell(r.ceiling->limit),
+                                share_cell(r.stats, r.ceiling->limit), share_width())
+                  : "";
+    fmt::print("{:>6}{}{}\n", r.prompt_tokens, cells(r.stats, r.ratio), ceiling_cols);
+    std::fflush(stdout);
+  }
+
+  void validation(const bench::Validation& v) override {
+    for (size_t m = 0; m < tables_.size(); ++m)
+      if (!tables_[m].baseline())
+        fmt::print("validation: {} probe {} across batch sizes {} and threads {} (logits sha256 {}...)\n",
+                   mode_name(tables_[m].mode), v.identical[m] ? "bit-identical" : "NOT identical", o_.batch_sizes,
+                   o_.engine.threads, v.sha[m].substr(0, 16));
+  }
+
+  void note(const std::string& line) override { fmt::print(stderr, "{}\n", line); }
+
+ private:
+  static std::string upper(std::string s) {
+    for (char& ch : s) ch = static_cast<char>(ch >= 'a' && ch <= 'z' ? ch - 'a' + 'A' : ch);
+    return s;
+  }
+  // " default batch-invariant inv/default": a column per table, then its ratio to the default one.
+  std::string mode_columns() const {
+    std::string out;
+    for (const auto& t : tables_) out += fmt::format(" {:>32}", mode_name(t.mode));
+    for (const auto& t : tables_)
+      if (!t.baseline()) out += fmt::format(" {:>{}}", ratio_label(t), ratio_width(t));
+    return out;
+  }
+  // "inv/default"; a ratio column is at least 12 wide, a share column 13 ("share d/inv").
+  static std::string ratio_label(const bench::BenchTable& t) { return t.short_name + "/default"; }
+  static size_t ratio_width(const bench::BenchTable& t) { return std::max<size_t>(12, ratio_label(t).size()); }
+  size_t share_width() const { return std::max<size_t>(13, share_label().size()); }
+  std::string share_label() const {
+    std::string out = "share ";
+    for (size_t m = 0; m < tables_.size(); ++m) out += (m ? "/" : "") + tables_[m].short_name;
+    return out;
+  }
+  std::string cells(const std::vector<bench::Stats>& stats, const std::vector<double>& ratio) const {
+    std::string out;
+    for (const auto& st : stats) out += fmt::format(" {:>32}", bench::stats_cell(st, o_.noise_cv));
+    for (size_t m = 0; m < tables_.size(); ++m)
+      if (!tables_[m].baseline())
+        out += fmt::format(" {:>{}.2f}", ratio[m], ratio_width(tables_[m]));
+    return out;
+  }
+
+  const BenchOptions& o_;
+  Precision precision_ = Precision::F32;
+  Device device_ = Device::Cpu;
+  std::vector<bench::BenchTable> tables_;
+  bool have_ceilings_ = false;
+};
 
 // With --endpoint: the endpoint load bench, after refusing the flags that only set up the local
 // engine (and, without it, the flags that only mean something for endpoints).
@@ -305,203 +268,27 @@ int run_bench(const BenchOptions& o) {
     models.push_back(kSynth100m);
   }
 
-  const char* core = std::getenv("OPENBLAS_CORETYPE");
-  const std::string load_start = load_average();
-  fmt::print("repro-audit bench: CPU AVX2+FMA {}, OPENBLAS_CORETYPE={}, max-tokens {}, warm-up {}, {} runs per "
-             "cell (modes interleaved), load average {}\n",
-             kernels::cpu_has_avx2_fma() ? "yes" : "no", core ? core : "(unset)", o.max_tokens, o.warmup, o.repeats,
-             load_start.empty() ? "unknown" : load_start);
-  // Each op table says what it runs (validates the device before any model is loaded).
-  nlohmann::json tables = nlohmann::json::array();
-  const Mode modes[2] = {Mode::Default, Mode::BatchInvariant};
-  for (Mode m : modes) {
-    const kernels::OpsInfo info = kernels::make_ops(device, m, threads.front())->describe();
-    fmt::print("  {}: {}, {}, precision {}\n", info.name, info.isa, info.library, precision_name(precision));
-    tables.push_back(to_json(info));
-  }
-  nlohmann::json jout = {{"max_tokens", o.max_tokens},
-                         {"warmup", o.warmup},
-                         {"repeats", o.repeats},
-                         {"noise_cv", o.noise_cv},
-                         {"avx2_fma", kernels::cpu_has_avx2_fma()},
-                         {"openblas_coretype", core ? core : ""},
-                         {"device", device_name(device)},
-                         {"precision", precision_name(precision)},
-                         {"load_average_start", load_start},
-                         {"op_tables", tables},
-                         {"rows", nlohmann::json::array()},
-                         {"prefill_rows", nlohmann::json::array()}};
-  // The ceilings are this CPU's: a cell on another device gets none.
-  std::vector<MachineCeiling> ceilings;
-  if (!o.no_ceilings && device == Device::Cpu) ceilings = measure_ceilings(o, threads, jout);
-  else if (!o.no_ceilings)
-    fmt::print("ceilings: not measured (they are the CPU's; --device {})\n", device_name(device));
-  bool all_ok = true, any_noisy = false;
-  for (const std::string& spec : models) {
-    const std::string path = resolve_model_spec(spec);
-    auto model = load_model(path, o.engine.tokenizer);
-    const ModelConfig& c = model->config;
-    const std::string name = std::filesystem::path(path).filename().string();
-    const int probe_len = static_cast<int>(model->tokenizer->encode(o.prompt, true).size());
-    const ModelCosts costs = model_costs(*model);
-    int max_tokens = o.max_tokens;
-    int longest_prompt = probe_len;
-    for (const auto& f : filler_pool())
-      longest_prompt = std::max(longest_prompt, static_cast<int>(model->tokenizer->encode(f, true).size()));
-    if (longest_prompt + max_tokens > c.context_length) {
-      max_tokens = std::max(2, c.context_length - longest_prompt);
-      fmt::print(stderr, "bench: {}: --max-tokens lowered to {} to fit the context length {}\n", name, max_tokens,
-                 c.context_length);
-    }
-    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {}, context {})\n", name, c.dim,
-               c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size, c.context_length);
-    std::vector<int> ref_tokens;
-    std::string ref_sha;
-    bool inv_ok = true;
-    if (!ceilings.empty()) {
-      const size_t llc = kernels::last_level_cache_bytes();
-      fmt::print("performance model: {:.1f} MiB of matmul weights read per step, {:.1f} MFLOP per token in the "
-                 "matmuls, KV cache {} bytes per position{}\n",
-                 static_cast<double>(costs.weight_bytes()) / (1 << 20),
-                 2.0 * static_cast<double>(costs.layer_matmul_params + costs.classifier_params) / 1e6,
-                 costs.kv_bytes_per_position,
-                 llc > 0 && static_cast<size_t>(costs.weight_bytes()) < llc
-                     ? fmt::format(" (smaller than the {} MiB last-level cache: DRAM bandwidth need not bound "
-                                   "this model, a share above 100% can happen)",
-                                   llc >> 20)
-                     : "");
-    }
-    for (int t : threads) {
-      const MachineCeiling* mc = ceiling_for(ceilings, t);
-      std::unique_ptr<Engine> engines[2];
-      for (int m = 0; m < 2; ++m)
-        engines[m] = std::make_unique<Engine>(*model, EngineOptions{modes[m], t, device, precision});
+  bench::LocalConfig cfg;
+  static_cast<bench::Runs&>(cfg) = o;
+  cfg.models = std::move(models);
+  cfg.tokenizer = o.engine.tokenizer;
+  cfg.threads = threads;
+  cfg.device = device;
+  cfg.precision = precision;
+  cfg.batch_sizes = batches;
+  cfg.prompt_lengths = lengths;
+  cfg.min_time = o.min_time;
+  cfg.ceilings = !o.no_ceilings;
+  cfg.triad_mib = o.triad_mib;
+  cfg.sgemm_size = o.sgemm_size;
+  cfg.ceiling_repeats = o.ceiling_repeats;
 
-      // ---- decode ----
-      fmt::print("decode, {} thread{}: generated tokens/s after the prefill step, mean ±stddev [min-max]\n", t,
-                 t == 1 ? "" : "s");
-      fmt::print("{:>6} {:>32} {:>32} {:>12}  {}{}\n", "batch", "default", "batch-invariant", "inv/default",
-                 mc ? fmt::format("{:>16} {:>13}  ", "ceiling tok/s", "share d/inv") : "",
-                 "default probe vs batch 1");
-      std::string default_sha1;  // default probe at batch 1 for this thread count
-      for (int b : batches) {
-        const auto reqs = make_batch(*model, o.prompt, b, max_tokens);
-        std::vector<double> runs[2];
-        DecodeRun first[2];
-        bool have[2] = {false, false};
-        interleaved(o, [&](int m, bool counted) {
-          DecodeRun r = decode_once(*engines[m], reqs);
-          if (static_cast<int>(r.probe_tokens.size()) != max_tokens)
-            throw BackendError("bench: " + name + ": the " + mode_name(modes[m]) +
-                               " engine produced fewer tokens than --max-tokens");
-          if (!have[m]) {
-            first[m] = r;
-            have[m] = true;
-          } else if (r.probe_tokens != first[m].probe_tokens || r.probe_sha != first[m].probe_sha) {
-            throw BackendError(std::string("bench: the ") + mode_name(modes[m]) +
-                               " engine gave different bits for the same batch on a rerun; the engine is not "
-                               "deterministic");
-          }
-          if (counted) runs[m].push_back(r.tok_s);
-        });
-        const Stats d = summarize(runs[0]), inv = summarize(runs[1]);
-        any_noisy = any_noisy || d.cv > o.noise_cv || inv.cv > o.noise_cv;
-        if (ref_sha.empty()) {
-          ref_tokens = first[1].probe_tokens;
-          ref_sha = first[1].probe_sha;
-        }
-        const bool same = first[1].probe_tokens == ref_tokens && first[1].probe_sha == ref_sha;
-        inv_ok = inv_ok && same;
-        if (default_sha1.empty() && b == 1) default_sha1 = first[0].probe_sha;
-        const std::string dnote = default_sha1.empty() || b == 1 ? "-"
-                                  : first[0].probe_sha == default_sha1 ? "same bits"
-                                                                       : "differs";
-        const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
-        std::vector<int> prompt_lengths;
-        for (const auto& rq : reqs) prompt_lengths.push_back(static_cast<int>(rq.prompt.size()));
-        const StepCost cost = decode_cost(costs, prompt_lengths, max_tokens);
-        const Ceiling lim = mc ? ceiling_of(cost, mc->gb_per_s, mc->gflop_per_s) : Ceiling{};
-        const std::string ceiling_cols =
-            mc ? fmt::format("{:>16} {:>13}  ", ceiling_cell(lim),
-                             share_cell(d.mean / lim.tokens_per_s, inv.mean / lim.tokens_per_s))
-               : "";
-        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}  {}{}{}\n", b, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
-                   ratio, ceiling_cols, dnote, same ? "" : "  INVARIANT PROBE DIFFERS");
-        std::fflush(stdout);
-        nlohmann::json row = {{"model", name},
-                                {"threads", t},
-                                {"batch_size", b},
-                                {"decode_tokens", static_cast<int64_t>(b) * (max_tokens - 1)},
-                                {"default_tokens_per_s", d.mean},
-                                {"invariant_tokens_per_s", inv.mean},
-                                {"default", stats_json(d, o.noise_cv)},
-                                {"invariant", stats_json(inv, o.noise_cv)},
-                                {"ratio", ratio},
-                                {"invariant_probe_identical", same},
-                                {"default_probe_same_as_batch1", b == 1 || first[0].probe_sha == default_sha1}};
-        if (mc) add_ceiling_json(row, cost, lim, d.mean, inv.mean);
-        jout["rows"].push_back(std::move(row));
-      }
-
-      // ---- prefill ----
-      if (lengths.empty()) continue;
-      fmt::print("prefill, {} thread{}: prompt tokens/s of one sequence, mean ±stddev [min-max]\n", t,
-                 t == 1 ? "" : "s");
-      fmt::print("{:>6} {:>32} {:>32} {:>12}{}\n", "prompt", "default", "batch-invariant", "inv/default",
-                 mc ? fmt::format("  {:>16} {:>13}", "ceiling tok/s", "share d/inv") : "");
-      for (int len0 : lengths) {
-        const int len = std::min(len0, c.context_length - 1);
-        if (len != len0)
-          fmt::print(stderr, "bench: {}: prompt length {} lowered to {} to fit the context length {}\n", name, len0,
-                     len, c.context_length);
-        GenRequest req;
-        req.prompt = long_prompt(*model, len);
-        req.params.max_tokens = 1;
-        req.params.stop_at_eos = false;
-        req.params.logprobs = false;
-        std::vector<double> runs[2];
-        interleaved(o, [&](int m, bool counted) {
-          const double v = prefill_once(*engines[m], req);
-          if (counted) runs[m].push_back(v);
-        });
-        const Stats d = summarize(runs[0]), inv = summarize(runs[1]);
-        any_noisy = any_noisy || d.cv > o.noise_cv || inv.cv > o.noise_cv;
-        const double ratio = d.mean > 0 ? inv.mean / d.mean : 0.0;
-        const StepCost cost = prefill_cost(costs, len);
-        const Ceiling lim = mc ? ceiling_of(cost, mc->gb_per_s, mc->gflop_per_s) : Ceiling{};
-        const std::string ceiling_cols =
-            mc ? fmt::format("  {:>16} {:>13}", ceiling_cell(lim),
-                             share_cell(d.mean / lim.tokens_per_s, inv.mean / lim.tokens_per_s))
-               : "";
-        fmt::print("{:>6} {:>32} {:>32} {:>12.2f}{}\n", len, stats_cell(d, o.noise_cv), stats_cell(inv, o.noise_cv),
-                   ratio, ceiling_cols);
-        std::fflush(stdout);
-        nlohmann::json row = {{"model", name},
-                              {"threads", t},
-                              {"prompt_tokens", len},
-                              {"default", stats_json(d, o.noise_cv)},
-                              {"invariant", stats_json(inv, o.noise_cv)},
-                              {"ratio", ratio}};
-        if (mc) add_ceiling_json(row, cost, lim, d.mean, inv.mean);
-        jout["prefill_rows"].push_back(std::move(row));
-      }
-    }
-    fmt::print("validation: batch-invariant probe {} across batch sizes {} and threads {} (logits sha256 {}...)\n",
-               inv_ok ? "bit-identical" : "NOT identical", o.batch_sizes, o.engine.threads, ref_sha.substr(0, 16));
-    all_ok = all_ok && inv_ok;
-  }
-  const std::string load_end = load_average();
-  if (any_noisy)
-    fmt::print("* noisy: coefficient of variation above {:.0f}% (load average now {}); rerun or raise --repeats\n",
-               o.noise_cv * 100, load_end.empty() ? "unknown" : load_end);
-  jout["load_average_end"] = load_end;
-  jout["invariant_validated"] = all_ok;
-  if (!o.json.empty()) write_file_atomic(o.json, jout.dump(2) + "\n");
-  if (!all_ok) {
-    fmt::print(stderr, "error: batch-invariant mode gave different bits across batch sizes or threads\n");
-    return kExitBackend;
-  }
-  return kExitOk;
+  LocalPrinter printer(o);
+  const bench::LocalResult res = bench::run_local(cfg, printer);
+  o.finish(res.any_noisy, res.load_average_end, res.json);
+  for (const std::string& mode : res.not_invariant)
+    fmt::print(stderr, "error: {} mode gave different bits across batch sizes or threads\n", mode);
+  return res.not_invariant.empty() ? kExitOk : kExitBackend;
 }
 
 }  // namespace

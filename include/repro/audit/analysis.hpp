@@ -106,8 +106,4 @@ struct BatchPoint {
 };
 std::vector<BatchPoint> unique_by_batch(const AuditReport& report);
 
-// Synthetic benchmark: `completions` completions of `tokens` tokens (100 completions per case, two
-// modes, the "default" mode with a few divergent clusters), then times analyze(). Returns seconds.
-double bench_analysis(int completions, int tokens, uint64_t seed);
-
 }  // namespace repro

@@ -1,9 +1,9 @@
-// The performance model of a forward step (repro/engine/perf_model.hpp).
-#include "repro/engine/perf_model.hpp"
+// The performance model of a forward step (repro/bench/perf_model.hpp).
+#include "repro/bench/perf_model.hpp"
 
 #include "repro/common/quant.hpp"
 
-namespace repro {
+namespace repro::bench {
 namespace {
 
 int64_t tensor_bytes(const Tensor& t) {
@@ -69,4 +69,4 @@ Ceiling ceiling_of(const StepCost& cost, double gb_per_s, double gflop_per_s) {
   return c;
 }
 
-}  // namespace repro
+}  // namespace repro::bench

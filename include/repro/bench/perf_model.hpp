@@ -1,6 +1,6 @@
 // A performance model of the engine's forward step: what a decode or prefill step reads and
 // computes, from the model's shapes and stored types, and the tokens/s ceilings that follow from
-// the machine's measured memory bandwidth and compute peak (repro/kernels/ceilings.hpp).
+// the machine's measured memory bandwidth and compute peak (repro/bench/ceilings.hpp).
 // `repro-audit bench` prints each cell's mean as a share of its ceiling.
 //
 // What is counted (per step of R token rows):
@@ -24,7 +24,7 @@
 
 #include "repro/model/model.hpp"
 
-namespace repro {
+namespace repro::bench {
 
 struct ModelCosts {
   int64_t layer_matmul_params = 0;     // elements of wq, wk, wv, wo, w_gate, w_up, w_down, all layers
@@ -62,4 +62,4 @@ struct Ceiling {
 };
 Ceiling ceiling_of(const StepCost& cost, double gb_per_s, double gflop_per_s);
 
-}  // namespace repro
+}  // namespace repro::bench

@@ -1,5 +1,5 @@
 // The two ceilings of this machine that bound the engine's throughput, measured where it runs
-// (`repro-audit bench` measures them before its cells; repro/engine/perf_model.hpp turns them
+// (`repro-audit bench` measures them before its cells; repro/bench/perf_model.hpp turns them
 // into tokens/s per cell):
 //   memory bandwidth  a STREAM-style triad a[i] = b[i] + s * c[i] over three arrays of doubles,
 //                     split into contiguous chunks over the engine's ThreadPool (each thread
@@ -13,9 +13,10 @@
 // Each is the best of `repeats` timed runs after one untimed warm-up run.
 #pragma once
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <vector>
 
-namespace repro::kernels {
+namespace repro::bench {
 
 struct TriadResult {
   int threads = 0;
@@ -40,4 +41,18 @@ std::vector<SgemmResult> measure_sgemm(const std::vector<int>& thread_counts, in
 // whose weights fit in it is not bound by the triad's memory bandwidth.
 size_t last_level_cache_bytes();
 
-}  // namespace repro::kernels
+// This machine's ceilings at one thread count.
+struct MachineCeiling {
+  int threads = 0;
+  double gb_per_s = 0, gflop_per_s = 0;
+};
+struct MachineCeilings {
+  std::vector<MachineCeiling> per_threads;  // in the order of the thread counts asked for
+  nlohmann::json json;                      // the "ceilings" block of `bench --json`
+  const MachineCeiling* at(int threads) const;  // nullptr when not measured at that count
+};
+// The triad over three arrays of triad_mib MiB and the sgemm of n = sgemm_size at every thread
+// count, each the best of `repeats` runs.
+MachineCeilings measure_ceilings(const std::vector<int>& threads, int triad_mib, int sgemm_size, int repeats);
+
+}  // namespace repro::bench

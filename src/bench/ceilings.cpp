@@ -1,5 +1,5 @@
-// Memory-bandwidth and compute ceilings of this machine (repro/kernels/ceilings.hpp).
-#include "repro/kernels/ceilings.hpp"
+// Memory-bandwidth and compute ceilings of this machine (repro/bench/ceilings.hpp).
+#include "repro/bench/ceilings.hpp"
 
 #include <cblas.h>
 
@@ -12,7 +12,7 @@
 
 #include "repro/common/threadpool.hpp"
 
-namespace repro::kernels {
+namespace repro::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -116,4 +116,34 @@ size_t last_level_cache_bytes() {
   return best;
 }
 
-}  // namespace repro::kernels
+const MachineCeiling* MachineCeilings::at(int threads) const {
+  for (const auto& c : per_threads)
+    if (c.threads == threads) return &c;
+  return nullptr;
+}
+
+MachineCeilings measure_ceilings(const std::vector<int>& threads, int triad_mib, int sgemm_size, int repeats) {
+  const size_t array_bytes = static_cast<size_t>(triad_mib) << 20;
+  const auto triad = measure_triad(threads, array_bytes, repeats);
+  const auto sgemm = measure_sgemm(threads, sgemm_size, repeats);
+  MachineCeilings out;
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t i = 0; i < threads.size(); ++i) {
+    const MachineCeiling m{threads[i], triad[i].gb_per_s, sgemm[i].gflop_per_s};
+    per.push_back({{"threads", m.threads},
+                   {"triad_gb_per_s", m.gb_per_s},
+                   {"triad_runs", triad[i].runs},
+                   {"sgemm_gflop_per_s", m.gflop_per_s},
+                   {"sgemm_runs", sgemm[i].runs}});
+    out.per_threads.push_back(m);
+  }
+  out.json = {{"last_level_cache_bytes", last_level_cache_bytes()},
+              {"triad_array_bytes", array_bytes},
+              {"triad_bytes_per_element", 24},
+              {"sgemm_size", sgemm_size},
+              {"repeats", repeats},
+              {"per_threads", per}};
+  return out;
+}
+
+}  // namespace repro::bench

@@ -1,0 +1,55 @@
+// The op tables bench measures (repro/bench/tables.hpp).
+#include "repro/bench/tables.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "repro/engine/device.hpp"
+
+namespace repro::bench {
+namespace {
+
+// The names bench has always written for the default and batch-invariant tables; any other mode
+// is named after its mode name ("tp-invariant": key "tp_invariant", ratio "tp_invariant_ratio").
+struct Names {
+  const char* mode;
+  const char* key;
+  const char* short_name;
+  const char* ratio_key;
+};
+constexpr Names kNames[] = {
+    {"default", "default", "d", ""},
+    {"batch-invariant", "invariant", "inv", "ratio"},
+};
+
+}  // namespace
+
+std::vector<BenchTable> bench_tables(Device device, int threads) {
+  std::vector<BenchTable> out;
+  auto add = [&](Mode mode) {
+    BenchTable t;
+    t.mode = mode;
+    t.info = kernels::make_ops(device, mode, threads)->describe();
+    if (mode != Mode::Default && t.info.requests_alone) return;
+    const std::string name = mode_name(mode);
+    const auto* n = std::find_if(std::begin(kNames), std::end(kNames), [&](const Names& x) { return name == x.mode; });
+    if (n != std::end(kNames)) {
+      t.key = n->key;
+      t.short_name = n->short_name;
+      t.ratio_key = n->ratio_key;
+    } else {
+      t.key = name;
+      std::replace(t.key.begin(), t.key.end(), '-', '_');
+      t.short_name = name;
+      t.ratio_key = t.key + "_ratio";
+    }
+    out.push_back(std::move(t));
+  };
+  add(Mode::Default);
+  for (const auto& spec : kernels::available_op_tables())
+    if (spec.device == device && spec.mode != Mode::Default) add(spec.mode);
+  return out;
+}
+
+}  // namespace repro::bench
