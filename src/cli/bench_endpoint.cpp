@@ -17,6 +17,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/remote/load.hpp"
+#include "repro/remote/redact.hpp"
 
 namespace repro::cli {
 

@@ -2,7 +2,8 @@
 //
 // Threads: this file's accept thread and worker pool run the connections (httplib parses and
 // routes each request); ONE engine thread
-// (scheduler.cpp) owns the Engine. A handler validates the request (api.cpp), puts a Job on the
+// (scheduler.cpp) owns the Engine. A handler validates the request (api.cpp, over the wire format
+// of repro/openai/protocol.hpp), puts a Job on the
 // scheduler's queue and waits on it; the engine thread routes tokens and results back.
 //
 // Hostile clients (docs/RELIABILITY.md). Each connection is served by this file's own loop over its
@@ -44,6 +45,7 @@
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -557,7 +559,7 @@ struct Server::Impl {
     try {
       if (stopping) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
       check_auth(req);
-      json body = parse_body(cx, req.body);
+      json body = parse_request_body(req.body, cx.max_body_bytes);
       auto p = std::make_shared<Parsed>(parse_request(cx, body, chat));
       auto job = std::make_shared<Job>();
       job->req = p->gen;
@@ -631,29 +633,15 @@ struct Server::Impl {
             tops = job->top;
             done = job->done;
           }
-          const char* object = p->chat ? "chat.completion.chunk" : "text_completion";
-          auto emit = [&](const json& chunk) {
-            std::string s = "data: " + dump(chunk) + "\n\n";
+          auto emit = [&](const json& event) {
+            std::string s = sse_event(event);
             return sink.write(s.data(), s.size());
           };
-          auto chunk = [&](const std::string& delta, size_t from, size_t to, size_t offset, const json& finish) {
-            json c = base_object(cx, id, object, created);
-            json choice = {{"index", 0}, {"finish_reason", finish}};
-            choice["token_ids"] = std::vector<int>(toks.begin() + static_cast<long>(from),
-                                                   toks.begin() + static_cast<long>(to));
-            if (p->chat) {
-              json d = {{"content", delta}};
-              if (!state->role_sent) d["role"] = "assistant";
-              state->role_sent = true;
-              choice["delta"] = d;
-            } else {
-              choice["text"] = delta;
-            }
-            choice["logprobs"] = p->want_logprobs && to > from
-                                     ? logprobs_json(cx, *p, toks, lps, tops, from, to, p->prompt_text.size() + offset)
-                                     : json(nullptr);
-            c["choices"] = json::array({choice});
-            return emit(c);
+          auto chunk = [&](const std::string& delta, size_t from, size_t to, size_t offset,
+                           std::optional<std::string> finish) {
+            const bool role = !state->role_sent;
+            state->role_sent = true;
+            return emit(stream_chunk(cx, *p, id, created, delta, role, toks, lps, tops, from, to, offset, std::move(finish)));
           };
           // Once finished, the engine's result is the truth for tokens and text.
           if (done && job->error_status == 0) {
@@ -670,7 +658,7 @@ struct Server::Impl {
             std::string delta = state->text.substr(state->sent, safe - state->sent);
             state->sent = safe;
             state->next_token = i + 1;
-            if (!chunk(delta, i, i + 1, offset, nullptr)) {
+            if (!chunk(delta, i, i + 1, offset, std::nullopt)) {
               sc->cancel(job);
               return false;
             }
@@ -687,14 +675,10 @@ struct Server::Impl {
               rest = r.text.substr(state->sent);
             if (!chunk(rest, toks.size(), toks.size(), state->sent, r.finish_reason)) return false;
             if (p->include_usage) {
-              json u = base_object(cx, id, object, created);
-              u["choices"] = json::array();
-              u["usage"] = usage_json(static_cast<int>(p->gen.prompt.size()), static_cast<int>(r.tokens.size()));
-              if (!emit(u)) return false;
+              if (!emit(usage_chunk(cx, *p, id, created, static_cast<int>(r.tokens.size())))) return false;
             }
           }
-          static const char kDone[] = "data: [DONE]\n\n";
-          if (!sink.write(kDone, sizeof(kDone) - 1)) return false;
+          if (!sink.write(kSseDone.data(), kSseDone.size())) return false;
           sink.done();
           return true;
         },
@@ -735,7 +719,7 @@ struct Server::Impl {
     http.set_tcp_nodelay(true);
     http.table.max_client_conns = opts.max_client_conns;
     http.max_body_bytes = opts.max_body_bytes;
-    http.body_limit_message = body_limit_message(cx);
+    http.body_limit_message = body_limit_message(cx.max_body_bytes);
     // Debian's libcpp-httplib is compiled with a listen backlog of 5: a burst of clients overflows
     // the accept queue and connections are dropped. Keep the listening socket's fd (with httplib's
     // usual SO_REUSEADDR) so start() can raise the backlog after binding.
@@ -763,7 +747,7 @@ struct Server::Impl {
                         "application/json");
       } else {
         res.status = 413;
-        res.set_content(dump(error_json(body_limit_message(cx), "invalid_request_error", "", "request_too_large")),
+        res.set_content(dump(error_json(body_limit_message(cx.max_body_bytes), "invalid_request_error", "", "request_too_large")),
                         "application/json");
       }
       return httplib::Server::HandlerResponse::Handled;
@@ -816,7 +800,7 @@ struct Server::Impl {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       std::string msg, code;
       switch (res.status) {
-        case 413: msg = body_limit_message(cx); code = "request_too_large"; break;
+        case 413: msg = body_limit_message(cx.max_body_bytes); code = "request_too_large"; break;
         case 404:
           msg = fmt::format("unknown endpoint {} {}; this server has POST /v1/completions, POST "
                             "/v1/chat/completions, GET /v1/models, GET /health",

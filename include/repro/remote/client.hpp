@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
+#include "repro/remote/redact.hpp"
+#include "repro/remote/request.hpp"
 
 namespace repro {
 
