@@ -12,6 +12,7 @@
 #include "repro/engine/engine.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 #include "repro/remote/request.hpp"
 #include "repro/serve/api.hpp"
 #include "repro/serve/server.hpp"
@@ -36,10 +37,9 @@ struct Side {
   }
 };
 
+// As `--endpoint local=http://127.0.0.1:8000/v1 --api-model stories260K` sets it up.
 EndpointSpec endpoint(const std::string& api, Provider provider = Provider::openai) {
-  EndpointSpec spec;
-  spec.label = "local";
-  spec.url = "http://127.0.0.1:8000/v1";
+  EndpointSpec spec = parse_endpoint_arg("local=http://127.0.0.1:8000/v1");
   spec.api_model = "stories260K";
   spec.api = api;
   spec.provider = provider;

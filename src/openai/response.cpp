@@ -204,21 +204,30 @@ static const json* first_choice(const json& choices) {
   return nullptr;
 }
 
-ParsedResponse parse_response_json(std::string_view body, bool chat) {
-  ParsedResponse r;
-  json j;
+// `text` (a body, or one stream event: `what`) as a JSON object into j, its metadata into r; false,
+// with r's cause and error set, when it is not an object or it carries an error object.
+static bool read_object(std::string_view text, const char* what, const char* error_prefix, json& j,
+                        ParsedResponse& r) {
   std::string why;
-  if (!parse_json(body, j, &why) || !j.is_object()) {
+  if (!parse_json(text, j, &why) || !j.is_object()) {
     r.cause = FailCause::invalid_json;
-    r.error = "response is not a JSON object: '" + clip(body, 80) + "'" + (why.empty() ? "" : " (" + why + ")");
-    return r;
+    r.error = std::string(what) + " is not a JSON object: '" + clip(text, 80) + "'" +
+              (why.empty() ? "" : " (" + why + ")");
+    return false;
   }
   if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
     r.cause = FailCause::server_error;
-    r.error = "server error: " + error_object_message(*e);
-    return r;
+    r.error = error_prefix + error_object_message(*e);
+    return false;
   }
   take_meta(j, r);
+  return true;
+}
+
+ParsedResponse parse_response_json(std::string_view body, bool chat) {
+  ParsedResponse r;
+  json j;
+  if (!read_object(body, "response", "server error: ", j, r)) return r;
   auto ch = j.find("choices");
   const json* c = ch == j.end() ? nullptr : first_choice(*ch);
   if (!c) {
@@ -238,18 +247,7 @@ bool StreamAccumulator::add_event(const std::string& data) {
     return false;
   }
   json j;
-  std::string why;
-  if (!parse_json(data, j, &why) || !j.is_object()) {
-    r_.cause = FailCause::invalid_json;
-    r_.error = "stream event is not a JSON object: '" + clip(data, 80) + "'" + (why.empty() ? "" : " (" + why + ")");
-    return false;
-  }
-  if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
-    r_.cause = FailCause::server_error;
-    r_.error = "server error in stream: " + error_object_message(*e);
-    return false;
-  }
-  take_meta(j, r_);
+  if (!read_object(data, "stream event", "server error in stream: ", j, r_)) return false;
   auto ch = j.find("choices");
   if (ch == j.end()) return false;
   const json* c = first_choice(*ch);
