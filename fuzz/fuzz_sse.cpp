@@ -1,5 +1,5 @@
-// libFuzzer target: SSE parsing and OpenAI response parsing (src/backends/openai.cpp).
-// Builds from its own short source list (this file + src/backends/openai.cpp), see
+// libFuzzer target: SSE parsing and OpenAI response parsing (src/openai/sse.cpp, response.cpp).
+// Builds from its own short source list (this file, src/openai/ and src/remote/redact.cpp), see
 // docs/FUZZING-remote.md. tests/unit-remote.cpp includes this file with REPRO_FUZZ_NO_MAIN and
 // replays fuzz/corpus/sse/ through sse_one_input() as a regression test.
 //
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "repro/openai/protocol.hpp"
+#include "repro/remote/redact.hpp"
 
 namespace repro::fuzz {
 

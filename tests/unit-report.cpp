@@ -17,7 +17,7 @@
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/runner.hpp"
 #include "repro/common/error.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/redact.hpp"
 #include "repro/report/report.hpp"
 #include "repro/report/schema.hpp"
 #include "repro/common/util.hpp"

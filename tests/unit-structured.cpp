@@ -15,7 +15,7 @@
 #include "repro/audit/analysis.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/request.hpp"
 #include "repro/serve/server.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"

@@ -1,14 +1,10 @@
-// Remote preflight: see include/repro/audit/preflight.hpp. The model list is one plain GET (libcurl
-// easy, the same TLS rules as the client: verification on, --ca-cert, no redirects followed); the
-// tiny request goes through RemoteClient, exactly as the replay's requests will.
+// Remote preflight: see include/repro/audit/preflight.hpp. The model list is one plain GET
+// (http_get of the remote client: its TLS rules, verification on, --ca-cert, no redirects followed);
+// the tiny request goes through RemoteClient, exactly as the replay's requests will.
 #include "repro/audit/preflight.hpp"
-
-#include <curl/curl.h>
-#include <strings.h>
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
@@ -17,64 +13,6 @@
 namespace repro {
 
 namespace {
-
-struct GetResult {
-  CURLcode code = CURLE_OK;
-  std::string curl_error;
-  long status = 0;
-  std::string content_type, location, body;
-};
-
-size_t on_body(char* p, size_t size, size_t n, void* ud) {
-  auto* s = static_cast<std::string*>(ud);
-  size_t len = size * n;
-  if (s->size() + len > (4u << 20)) return 0;  // a model list is small; more is not the API
-  s->append(p, len);
-  return len;
-}
-
-GetResult http_get(const EndpointSpec& spec, const std::string& url, const std::vector<std::string>& headers) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  GetResult r;
-  CURL* e = curl_easy_init();
-  if (!e) {
-    r.code = CURLE_FAILED_INIT;
-    r.curl_error = "curl_easy_init failed";
-    return r;
-  }
-  curl_slist* hdrs = nullptr;
-  for (const auto& h : headers)
-    if (strncasecmp(h.c_str(), "content-type:", 13) != 0) hdrs = curl_slist_append(hdrs, h.c_str());
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_body);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &r.body);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(spec.connect_timeout_s * 1000));
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::min(spec.read_timeout_s, 60.0) * 1000));
-  curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-  curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-  if (!spec.ca_cert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, spec.ca_cert.c_str());
-  curl_easy_setopt(e, CURLOPT_NOPROXY, "127.0.0.1,localhost,::1");
-  r.code = curl_easy_perform(e);
-  if (r.code != CURLE_OK) r.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(r.code);
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r.status);
-  char* ct = nullptr;
-  curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct);
-  if (ct) r.content_type = ct;
-  char* loc = nullptr;
-  curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &loc);
-  if (loc) r.location = loc;
-  curl_slist_free_all(hdrs);
-  curl_easy_cleanup(e);
-  return r;
-}
 
 bool looks_like_html(const std::string& content_type, const std::string& body) {
   if (content_type.find("html") != std::string::npos) return true;
@@ -119,19 +57,16 @@ PreflightResult preflight_endpoint(const EndpointSpec& spec) {
   // ---- 1. GET /v1/models
   if (spec.provider != Provider::azure) {
     const std::string url = models_url(req.url);
-    GetResult g = http_get(spec, url, req.headers);
+    const HttpGetResult g = http_get(spec, url, req.headers, 4u << 20);  // a model list is small; more is not the API
     const std::string where = who + ": GET " + redact_url(url);
     auto fail = [&](const std::string& why) { return BackendError(scrub_secret(where + ": " + why, spec.api_key)); };
-    if (g.code != CURLE_OK) {
-      switch (g.code) {
-        case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY:
-          throw fail("cannot connect (" + g.curl_error + "); check that the server is running and the URL and port");
-        case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CERTPROBLEM:
-        case CURLE_SSL_CIPHER: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_ISSUER_ERROR:
-          throw fail("TLS failure (" + g.curl_error + "); check the URL's scheme and --ca-cert");
-        case CURLE_OPERATION_TIMEDOUT: throw fail("timed out (" + g.curl_error + "); check the URL and --timeout");
-        default: throw fail("failed (" + g.curl_error + ")");
-      }
+    switch (g.cause) {
+      case FailCause::none: break;
+      case FailCause::connect:
+        throw fail("cannot connect (" + g.error + "); check that the server is running and the URL and port");
+      case FailCause::tls: throw fail("TLS failure (" + g.error + "); check the URL's scheme and --ca-cert");
+      case FailCause::timeout: throw fail("timed out (" + g.error + "); check the URL and --timeout");
+      default: throw fail("failed (" + g.error + ")");
     }
     if (g.status >= 300 && g.status < 400)
       throw fail("redirected (HTTP " + std::to_string(g.status) + ") to " +

@@ -6,6 +6,7 @@
 
 #include "repro/audit/runner.hpp"
 #include "repro/common/util.hpp"
+#include "repro/remote/redact.hpp"
 
 namespace repro {
 

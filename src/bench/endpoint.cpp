@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "repro/remote/load.hpp"
+#include "repro/remote/redact.hpp"
 
 namespace repro::bench {
 namespace {

@@ -12,6 +12,8 @@
 #include "repro/cli/bench.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/remote/load.hpp"
+#include "repro/remote/redact.hpp"
 
 namespace repro::cli {
 

@@ -16,6 +16,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/compliance/sign.hpp"
+#include "repro/remote/redact.hpp"
 #include "repro/report/report.hpp"
 #include "repro/report/schema.hpp"
 

@@ -68,6 +68,45 @@ void curl_global_once() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+// Hosts never reached through a proxy: NO_PROXY / no_proxy, and loopback always.
+std::string noproxy_list() {
+  std::string np = "127.0.0.1,localhost,::1";
+  for (const char* name : {"NO_PROXY", "no_proxy"})
+    if (const char* v = std::getenv(name); v && *v) np = std::string(v) + "," + np;
+  return np;
+}
+
+// What every request of the client does, POST or GET: TLS peer and host verification always on
+// (CAINFO from --ca-cert), no redirects followed, http and https only, no signals, the connect timeout.
+void set_transfer_rules(CURL* e, const EndpointSpec& spec, const std::string& noproxy, char* errbuf) {
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(spec.connect_timeout_s * 1000));
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+  if (!spec.ca_cert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, spec.ca_cert.c_str());
+  curl_easy_setopt(e, CURLOPT_NOPROXY, noproxy.c_str());
+}
+
+// The failure cause of a transfer that libcurl ended with `code` (not CURLE_OK).
+FailCause transport_cause(CURLcode code) {
+  switch (code) {
+    case CURLE_OPERATION_TIMEDOUT: return FailCause::timeout;
+    case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY:
+      return FailCause::connect;
+    case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2: case CURLE_HTTP2_STREAM:
+      return FailCause::reset;
+    case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH: case CURLE_SSL_INVALIDCERTSTATUS:
+      return FailCause::tls;
+    default: return FailCause::other;
+  }
+}
+
 
 }  // namespace
 
@@ -149,6 +188,65 @@ std::string cache_hit_header(std::string_view line) {
     hit = upper.find("HIT") != std::string::npos || upper.find("STALE") != std::string::npos;
   }
   return hit ? name + ": " + value : std::string();
+}
+
+// ---------------------------------------------------------------- one GET
+
+namespace {
+
+struct GetBody {
+  std::string* body;
+  size_t max_bytes;
+};
+
+size_t on_get_body(char* p, size_t size, size_t n, void* ud) {
+  auto* b = static_cast<GetBody*>(ud);
+  const size_t len = size * n;
+  if (b->body->size() + len > b->max_bytes) return 0;  // ends the transfer (CURLE_WRITE_ERROR)
+  b->body->append(p, len);
+  return len;
+}
+
+}  // namespace
+
+HttpGetResult http_get(const EndpointSpec& spec, const std::string& url, const std::vector<std::string>& headers,
+                       size_t max_bytes) {
+  curl_global_once();
+  HttpGetResult r;
+  CURL* e = curl_easy_init();
+  if (!e) {
+    r.cause = FailCause::other;
+    r.error = "curl_easy_init failed";
+    return r;
+  }
+  curl_slist* hdrs = nullptr;
+  for (const auto& h : headers)
+    if (strncasecmp(h.c_str(), "content-type:", 13) != 0) hdrs = curl_slist_append(hdrs, h.c_str());
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  GetBody sink{&r.body, max_bytes};
+  const std::string noproxy = noproxy_list();
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_get_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+  set_transfer_rules(e, spec, noproxy, errbuf);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::min(spec.read_timeout_s, 60.0) * 1000));
+  const CURLcode code = curl_easy_perform(e);
+  if (code != CURLE_OK) {
+    r.cause = transport_cause(code);
+    r.error = scrub_secret(errbuf[0] ? errbuf : curl_easy_strerror(code), spec.api_key);
+  }
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r.status);
+  char* ct = nullptr;
+  curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct);
+  if (ct) r.content_type = ct;
+  char* loc = nullptr;
+  curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &loc);
+  if (loc) r.location = loc;
+  curl_slist_free_all(hdrs);
+  curl_easy_cleanup(e);
+  return r;
 }
 
 // ---------------------------------------------------------------- stats
@@ -371,17 +469,9 @@ struct RemoteClient::Impl {
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Impl::on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    set_transfer_rules(e, spec(), noproxy, t->errbuf);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(spec().connect_timeout_s * 1000));
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(spec().total_timeout_s * 1000));
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-    if (!spec().ca_cert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, spec().ca_cert.c_str());
-    curl_easy_setopt(e, CURLOPT_NOPROXY, noproxy.c_str());
     t->t0 = t->last_activity = mono_now();
     if (spec().verbose) {
       std::string hl;
@@ -423,29 +513,16 @@ struct RemoteClient::Impl {
                  "have reached the server)";
         return FailCause::reset;
       }
-      switch (code) {
-        case CURLE_OPERATION_TIMEDOUT: return FailCause::timeout;
-        case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY:
-          return FailCause::connect;
-        case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
-        case CURLE_HTTP2: case CURLE_HTTP2_STREAM:
-          if (t->sse_mode && t->acc.result().events > 0) {
-            detail = "stream cut after " + std::to_string(t->acc.result().events) + " events (" + detail + ")";
-            return FailCause::stream_cut;
-          }
-          return FailCause::reset;
-        case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CERTPROBLEM:
-        case CURLE_SSL_CIPHER: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_ISSUER_ERROR:
-        case CURLE_SSL_PINNEDPUBKEYNOTMATCH: case CURLE_SSL_INVALIDCERTSTATUS:
-          detail += "; check --ca-cert";
-          return FailCause::tls;
-        case CURLE_WRITE_ERROR:
-          if (t->too_big)
-            detail = "response larger than " + std::to_string(spec().max_response_bytes) +
-                     " bytes (streamed or not); the server sent too much or never ended its stream";
-          return FailCause::other;
-        default: return FailCause::other;
+      FailCause cause = transport_cause(code);
+      if (cause == FailCause::reset && t->sse_mode && t->acc.result().events > 0) {
+        detail = "stream cut after " + std::to_string(t->acc.result().events) + " events (" + detail + ")";
+        return FailCause::stream_cut;
       }
+      if (cause == FailCause::tls) detail += "; check --ca-cert";
+      if (code == CURLE_WRITE_ERROR && t->too_big)
+        detail = "response larger than " + std::to_string(spec().max_response_bytes) +
+                 " bytes (streamed or not); the server sent too much or never ended its stream";
+      return cause;
     }
     long status = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
@@ -588,10 +665,7 @@ RemoteClient::RemoteClient(EndpointSpec spec, int max_connections) : spec_(std::
   curl_multi_setopt(impl_->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, maxc);
   curl_multi_setopt(impl_->multi, CURLMOPT_MAX_HOST_CONNECTIONS, maxc);
   curl_multi_setopt(impl_->multi, CURLMOPT_MAXCONNECTS, maxc);
-  std::string np = "127.0.0.1,localhost,::1";
-  for (const char* name : {"NO_PROXY", "no_proxy"})
-    if (const char* v = std::getenv(name); v && *v) np = std::string(v) + "," + np;
-  impl_->noproxy = np;
+  impl_->noproxy = noproxy_list();
 }
 
 RemoteClient::~RemoteClient() {

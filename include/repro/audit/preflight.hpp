@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "repro/openai/protocol.hpp"
 #include "repro/remote/client.hpp"
 
 namespace repro {

@@ -9,7 +9,7 @@
 #include "repro/audit/result.hpp"
 #include "repro/engine/device.hpp"
 #include "repro/model/model.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 
 namespace repro {
 

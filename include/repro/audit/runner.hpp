@@ -10,7 +10,7 @@
 #include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 #include "repro/audit/plan.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 #include "repro/audit/result.hpp"
 
 namespace repro {

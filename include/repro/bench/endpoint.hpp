@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "repro/bench/stats.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 
 namespace repro::bench {
 

@@ -9,7 +9,7 @@
 
 #include "repro/engine/engine.hpp"
 #include "repro/model/model.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 
 namespace repro::cli {
 

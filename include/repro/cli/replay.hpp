@@ -11,7 +11,7 @@
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/result.hpp"
 #include "repro/model/model.hpp"
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
 
 namespace repro::cli {
 

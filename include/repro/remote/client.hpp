@@ -1,7 +1,8 @@
 // The libcurl client for OpenAI-compatible endpoints: a single-thread libcurl-multi loop with
-// retries, timeouts and backoff, returning its own response type (RemoteResult). It speaks the wire
-// protocol of repro/openai/protocol.hpp and knows nothing of audits: the audit layer
-// (src/audit/remote_probe.cpp) turns responses into Completion records.
+// retries, timeouts and backoff, returning its own response type (RemoteResult), and one plain GET
+// (http_get) under the same rules. It speaks the wire protocol of repro/openai/protocol.hpp and knows
+// nothing of audits: the audit layer (src/audit/remote_probe.cpp) turns responses into Completion
+// records. libcurl is used here only.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -13,6 +14,9 @@
 #include <vector>
 
 #include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
+#include "repro/remote/redact.hpp"
+#include "repro/remote/request.hpp"
 
 namespace repro {
 
@@ -31,6 +35,23 @@ void validate_endpoint(const EndpointSpec& spec);
 // Hits: x-cache, x-cache-status, x-proxy-cache, x-vercel-cache, helicone-cache and any name ending in
 // "cache-status" (cf-cache-status, ...) whose value contains HIT or STALE (any case); age above 0.
 std::string cache_hit_header(std::string_view line);
+
+// ---------------------------------------------------------------- one GET
+
+struct HttpGetResult {
+  FailCause cause = FailCause::none;  // transport failure: connect, tls, timeout, reset or other
+  std::string error;                  // libcurl's message when cause != none (never holds the key)
+  long status = 0;
+  std::string content_type, location;  // location: where a redirect points (redirects are not followed)
+  std::string body;
+};
+
+// One GET of `url` with `headers` (a Content-Type header is left out), under the client's rules: TLS
+// verification on (--ca-cert), no redirects followed, http and https only, the proxy bypass of the
+// client; connect timeout spec.connect_timeout_s, the whole GET at most min(spec.read_timeout_s, 60)
+// seconds; a body over max_bytes ends it (cause other).
+HttpGetResult http_get(const EndpointSpec& spec, const std::string& url, const std::vector<std::string>& headers,
+                       size_t max_bytes);
 
 // ---------------------------------------------------------------- the client
 

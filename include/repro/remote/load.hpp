@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "repro/openai/protocol.hpp"
+#include "repro/remote/endpoint.hpp"
+#include "repro/remote/request.hpp"
 
 namespace repro {
 
