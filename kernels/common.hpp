@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "repro/kernels/elementwise_math.hpp"
+#include "elementwise_math.hpp"
+#include "repro/common/threadpool.hpp"
+#include "repro/kernels/backends.hpp"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -44,6 +46,16 @@ void set_force_portable(bool on);
 bool use_avx512();
 // Keeps the tiles at AVX2 on an AVX-512 CPU (tests compare both; REPRO_KERNELS_AVX2=1 at startup).
 void set_force_avx2(bool on);
+
+// Runs rows(m0, m1) over the rows [0, M) of a kernel: on the calling thread when the pool has one
+// thread or the work (M rows of `row_len` elements) is below 2^16 elements, where threads do not
+// pay; else in contiguous chunks of whole rows over the pool. A row is never split, so its bits
+// do not depend on the split or the thread count.
+inline void parallel_rows(ThreadPool& pool, int M, int row_len, const std::function<void(int, int)>& rows) {
+  if (M <= 0) return;
+  if (pool.size() == 1 || static_cast<long>(M) * row_len < (1L << 16)) return rows(0, M);
+  pool.parallel_for(M, rows);
+}
 
 namespace detail {
 
@@ -78,7 +90,7 @@ using math::kP4;
 using math::kP5;
 
 // exp(x), the one implementation every attention path uses: the shared host/device math::exp
-// (include/repro/kernels/elementwise_math.hpp), about 1 ulp on [-87, 88].
+// (kernels/elementwise_math.hpp), about 1 ulp on [-87, 88].
 inline float exp_fixed(float x) { return math::exp(x); }
 
 #if REPRO_X86

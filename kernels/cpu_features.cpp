@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "kernels.hpp"
 
 namespace repro::kernels {
 

@@ -24,9 +24,9 @@
 #include "repro/common/error.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/engine/device.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "../kernels/elementwise_math.hpp"
+#include "../kernels/kernels.hpp"
+#include "../kernels/matmul_quant.hpp"
 #include "repro/kernels/ops.hpp"
 
 using namespace repro;

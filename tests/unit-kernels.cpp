@@ -16,7 +16,7 @@
 
 #include "../kernels/common.hpp"
 #include "kernel_paths.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels/kernels.hpp"
 
 using namespace repro;
 using namespace repro::kernels;

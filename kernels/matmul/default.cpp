@@ -23,7 +23,7 @@
 #include <atomic>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {

@@ -10,7 +10,7 @@
 // Without AVX2 the portable path runs the reference order with std::fma: same bits.
 #include <algorithm>
 
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 #include "tiles.hpp"
 
 namespace repro::kernels {

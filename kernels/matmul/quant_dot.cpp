@@ -1,5 +1,5 @@
 // matmul with Q8_0 and Q4_K weights on 8-bit activations (definitions in
-// repro/kernels/matmul_quant.hpp, plain loops in quant_reference.cpp): the AVX2 kernels.
+// kernels/matmul_quant.hpp, plain loops in quant_reference.cpp): the AVX2 kernels.
 //
 // Why they give the reference's bits: the activations are quantized by the same code
 // (quantize_act_block, compiled here for AVX2: IEEE division, round half to even, compares); the

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "../kernels.hpp"
+#include "../matmul_quant.hpp"
 #include "quant_dot.hpp"
 #include "tiles.hpp"
 

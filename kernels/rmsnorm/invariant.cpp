@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {
@@ -66,14 +66,8 @@ void rmsnorm_invariant(const float* x, const float* g, float* y, int M, int D, f
   if (M <= 0) return;
   const NormArgs a{x, g, y, D, eps};
   const bool avx2 = use_avx2();
-  // Threads only pay off for large batches; whole rows per thread either way (bits unchanged).
-  if (pool.size() == 1 || (long)M * D < (1L << 16)) return run_rows(a, 0, M, avx2);
-  struct Ctx {
-    const NormArgs* a;
-    bool avx2;
-  } ctx{&a, avx2};
-  const Ctx* c = &ctx;
-  pool.parallel_for(M, [c](int b, int e) { run_rows(*c->a, b, e, c->avx2); });
+  // Whole rows per thread, and threads only for large batches (bits unchanged either way).
+  parallel_rows(pool, M, D, [&a, avx2](int b, int e) { run_rows(a, b, e, avx2); });
 }
 
 }  // namespace repro::kernels

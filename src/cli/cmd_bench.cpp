@@ -33,7 +33,7 @@
 #include "repro/engine/perf_model.hpp"
 #include "repro/common/error.hpp"
 #include "repro/kernels/ceilings.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "repro/kernels/backends.hpp"
 #include "repro/model/model.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/model/synth.hpp"
