@@ -51,6 +51,26 @@ struct DevArray {
   T* p = nullptr;
   size_t cap = 0;
 };
+void device_free(int* p) { cuda::free_ints(p); }
+void device_free(float** p) { cuda::free_ptrs(p); }
+void device_alloc(int*& p, size_t n) { p = cuda::alloc_ints(n); }
+void device_alloc(float**& p, size_t n) { p = cuda::alloc_ptrs(n); }
+void device_upload(int* d, const int* src, size_t n) { cuda::upload_ints(d, src, n); }
+void device_upload(float** d, float* const* src, size_t n) { cuda::upload_ptrs(d, src, n); }
+
+// n elements of src into a (grown to twice n when too small); returns the device copy.
+template <class T>
+T* to_device(DevArray<T>& a, const T* src, size_t n) {
+  if (n > a.cap) {
+    device_free(a.p);
+    a.p = nullptr;
+    a.cap = 0;
+    device_alloc(a.p, n * 2);
+    a.cap = n * 2;
+  }
+  device_upload(a.p, src, n);
+  return a.p;
+}
 
 class CudaOps final : public TableBase {
  public:
@@ -58,10 +78,8 @@ class CudaOps final : public TableBase {
   ~CudaOps() override {
     for (auto& [host, dev] : weights_) cuda::free(dev);
     cuda::free(rope_cos_), cuda::free(rope_sin_);
-    cuda::free_ints(ints_.p);
-    cuda::free_ints(step_pos_.p);
-    cuda::free_ptrs(ptrs_.p);
-    cuda::free_ptrs(step_ptrs_.p);
+    device_free(ints_.p), device_free(step_pos_.p);
+    device_free(ptrs_.p), device_free(step_ptrs_.p);
   }
 
   OpsInfo describe() const override {
@@ -204,26 +222,6 @@ class CudaOps final : public TableBase {
     for (int r = 0; r < R; ++r)
       if (pos[r] != step_rows_[r].pos) return false;
     return true;
-  }
-  int* to_device(DevArray<int>& a, const int* src, size_t n) {
-    if (n > a.cap) {
-      cuda::free_ints(a.p);
-      a.p = nullptr;
-      a.p = cuda::alloc_ints(n * 2);
-      a.cap = n * 2;
-    }
-    cuda::upload_ints(a.p, src, n);
-    return a.p;
-  }
-  float** to_device(DevArray<float*>& a, float* const* src, size_t n) {
-    if (n > a.cap) {
-      cuda::free_ptrs(a.p);
-      a.p = nullptr;
-      a.p = cuda::alloc_ptrs(n * 2);
-      a.cap = n * 2;
-    }
-    cuda::upload_ptrs(a.p, src, n);
-    return a.p;
   }
   // The base's cos/sin table (math::rope_table, the CPU tables' function), uploaded whole when it grew.
   void upload_rope() {
