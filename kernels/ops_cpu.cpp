@@ -84,22 +84,20 @@ const float* f32_data(const Weight& w, const char* op, const char* table) {
   return static_cast<const float*>(w.data);
 }
 
-#if REPRO_X86
-// silu(g) * u on 8 lanes at a time, bit for bit math::silu_mul: exp8 is math::exp lane by lane,
-// and the negation, the add, the correctly rounded division and the product are the scalar's.
+// silu(g) * u on 8 lanes at a time, bit for bit math::silu_mul: simd::exp is math::exp lane by
+// lane, and the negation, the add, the correctly rounded division and the product are the scalar's.
 // Returns how many elements it did (a multiple of 8); the caller finishes the tail.
-REPRO_AVX2 size_t silu_mul_avx2(float* g, const float* u, size_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+REPRO_LANES size_t silu_mul_lanes(float* g, const float* u, size_t n) {
+  const simd::f32x8 one = simd::set1(1.0f);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(g + i);
-    const __m256 e = detail::exp8(_mm256_xor_ps(x, sign));
-    const __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    const simd::f32x8 x = simd::load(g + i);
+    const simd::f32x8 e = simd::exp(simd::neg(x));
+    const simd::f32x8 s = simd::div(x, simd::add(one, e));
+    simd::store(g + i, simd::mul(s, simd::load(u + i)));
   }
   return i;
 }
-#endif
 
 class CpuOps final : public TableBase {
  public:
@@ -192,9 +190,7 @@ class CpuOps final : public TableBase {
     float* g = gate.data();
     const float* u = up.data();
     size_t i = 0;
-#if REPRO_X86
-    if (use_avx2()) i = silu_mul_avx2(g, u, n);
-#endif
+    if (use_lanes()) i = silu_mul_lanes(g, u, n);
     for (; i < n; ++i) g[i] = math::silu_mul(g[i], u[i]);  // own exp: the GPU's bits
   }
 
