@@ -7,7 +7,7 @@
 //              each step acc = fma(a[k], b[k], acc); the length is zero-padded to a multiple of 8
 //              (padding lanes see fma(0, 0, acc)).
 //   tree8      the 8 lanes are reduced as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
-//              which is exactly what two _mm256_hadd_ps and one 128-bit add compute.
+//              which is exactly what simd::hsum computes (two _mm256_hadd_ps and one 128-bit add).
 //   exp_fixed  math::exp (shared with the GPU): Cody-Waite range reduction + degree-5 polynomial
 //              with fma, 0 below -87, clamped at 88.
 #pragma once
@@ -16,12 +16,17 @@
 #include <cstdint>
 #include <cstring>
 
-#include "repro/kernels/elementwise_math.hpp"
+#include "elementwise_math.hpp"
+#include "repro/common/threadpool.hpp"
+#include "repro/kernels/backends.hpp"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #endif
 
+#include "simd/lanes8.hpp"
+
+// x86 beyond the 8-lane layer: the integer dot products of Q8_0/Q4_K (AVX2) and the AVX-512 tiles.
 #if defined(__x86_64__) || defined(__i386__)
 #define REPRO_X86 1
 #include <immintrin.h>
@@ -34,16 +39,27 @@
 
 namespace repro::kernels {
 
-// True when the fast paths may use AVX2+FMA: the CPU has it and the portable path is not forced.
-bool use_avx2();
+// True when the fast paths may run the 8-lane layer (simd/lanes8.hpp; AVX2+FMA on x86): the CPU has
+// it and the portable path is not forced.
+bool use_lanes();
 // Forces the portable (non-SIMD) paths even on an AVX2 CPU; tests use it to compare both paths.
 // The environment variable REPRO_KERNELS_PORTABLE=1 sets it at startup.
 void set_force_portable(bool on);
-// True when the f32 matmul tiles may use AVX-512 (F, DQ, VL): the CPU has it, AVX2 is in use and
+// True when the f32 matmul tiles may use AVX-512 (F, DQ, VL): the CPU has it, the lanes are in use and
 // AVX-512 is not forced off. Its tiles keep every output's 8-lane order: same bits as AVX2.
 bool use_avx512();
 // Keeps the tiles at AVX2 on an AVX-512 CPU (tests compare both; REPRO_KERNELS_AVX2=1 at startup).
 void set_force_avx2(bool on);
+
+// Runs rows(m0, m1) over the rows [0, M) of a kernel: on the calling thread when the pool has one
+// thread or the work (M rows of `row_len` elements) is below 2^16 elements, where threads do not
+// pay; else in contiguous chunks of whole rows over the pool. A row is never split, so its bits
+// do not depend on the split or the thread count.
+inline void parallel_rows(ThreadPool& pool, int M, int row_len, const std::function<void(int, int)>& rows) {
+  if (M <= 0) return;
+  if (pool.size() == 1 || static_cast<long>(M) * row_len < (1L << 16)) return rows(0, M);
+  pool.parallel_for(M, rows);
+}
 
 namespace detail {
 
@@ -78,55 +94,8 @@ using math::kP4;
 using math::kP5;
 
 // exp(x), the one implementation every attention path uses: the shared host/device math::exp
-// (include/repro/kernels/elementwise_math.hpp), about 1 ulp on [-87, 88].
+// (kernels/elementwise_math.hpp), about 1 ulp on [-87, 88].
 inline float exp_fixed(float x) { return math::exp(x); }
-
-#if REPRO_X86
-// tree8 of one vector, as a scalar.
-REPRO_AVX2 inline float hsum8(__m256 a) {
-  __m256 t = _mm256_hadd_ps(a, a);
-  t = _mm256_hadd_ps(t, t);
-  __m128 r = _mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  return _mm_cvtss_f32(r);
-}
-// tree8 of four vectors: [tree8(a), tree8(b), tree8(c), tree8(d)].
-REPRO_AVX2 inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-// tree8 of eight vectors, one result per lane.
-REPRO_AVX2 inline __m256 hsum8x8(__m256 a, __m256 b, __m256 c, __m256 d, __m256 e, __m256 f,
-                                 __m256 g, __m256 h) {
-  __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-  __m256 v = _mm256_hadd_ps(_mm256_hadd_ps(e, f), _mm256_hadd_ps(g, h));
-  return _mm256_add_ps(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
-}
-// Mask with the first n (0..8) lanes set, for maskload/maskstore of a tail.
-REPRO_AVX2 inline __m256i tail_mask(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-// exp_fixed on 8 lanes, bit for bit.
-REPRO_AVX2 inline __m256 exp8(__m256 x) {
-  __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_set1_ps(kExpHi), x);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  __m256 r2 = _mm256_mul_ps(r, r);
-  __m256 y = _mm256_fmadd_ps(p, r2, r);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-  __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-  return _mm256_andnot_ps(zero_mask, y);
-}
-#endif
 
 // ---- attention building block shared by the invariant and default paths ----
 // One query head against positions [t0, t1) of one KV head: the chunk's own max m, sum l and

@@ -1,10 +1,10 @@
-// CPU feature detection and the dispatch switch of the fast kernels. The AVX2 and portable paths
-// follow the same reduction order, so the choice changes speed, never bits.
+// CPU feature detection and the dispatch switch of the fast kernels. The 8-lane (AVX2 on x86) and
+// portable paths follow the same reduction order, so the choice changes speed, never bits.
 #include <cstdlib>
 #include <cstring>
 
 #include "common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "kernels.hpp"
 
 namespace repro::kernels {
 
@@ -20,11 +20,7 @@ std::atomic<bool> g_force_avx2{env_on("REPRO_KERNELS_AVX2")};
 
 bool cpu_has_avx2_fma() {
 #if REPRO_X86
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
+  return simd::lanes_available();  // the x86 lanes are AVX2 + FMA
 #else
   return false;
 #endif
@@ -44,15 +40,15 @@ bool cpu_has_avx512() {
 #endif
 }
 
-bool use_avx512() { return use_avx2() && cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed); }
+bool use_avx512() { return use_lanes() && cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed); }
 
 void set_force_avx2(bool on) { g_force_avx2.store(on, std::memory_order_relaxed); }
 
-bool use_avx2() { return cpu_has_avx2_fma() && !g_force_portable.load(std::memory_order_relaxed); }
+bool use_lanes() { return simd::lanes_available() && !g_force_portable.load(std::memory_order_relaxed); }
 
 const char* cpu_kernels_isa() {
-  if (!cpu_has_avx2_fma()) return "portable";
-  return use_avx512() ? "avx512+avx2+fma" : use_avx2() ? "avx2+fma" : "portable (forced)";
+  if (!simd::lanes_available()) return "portable";
+  return use_avx512() ? "avx512+" REPRO_LANES_ISA : use_lanes() ? REPRO_LANES_ISA : "portable (forced)";
 }
 
 void set_force_portable(bool on) { g_force_portable.store(on, std::memory_order_relaxed); }

@@ -1,4 +1,5 @@
-// The op-table base (buffers, KV-cache slots) and the registry of tables with THE factory.
+// The op-table base (buffers, KV-cache slots), the registry of tables with THE factory, and the
+// backend rows beside it.
 //
 // make_ops() is the only place in the project that turns (device, mode) into kernels: it looks the
 // pair up in the registry below. A backend joins by adding its rows (and so inherits the kernel
@@ -8,11 +9,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "elementwise_math.hpp"
 #include "ops_internal.hpp"
-#ifdef REPRO_HAVE_CUDA
-#include "repro/kernels/cuda.hpp"
-#endif
 #include "repro/common/error.hpp"
+#include "repro/kernels/backends.hpp"
 
 namespace repro::kernels {
 
@@ -79,6 +79,7 @@ int Ops::kv_acquire(int positions) {
     slots_[s].k = alloc(n);
     slots_[s].v = alloc(n);
     slots_[s].capacity = positions;
+    ++kv_generation_;
   }
   slots_[s].used = true;
   return s;
@@ -106,9 +107,52 @@ void Ops::kv_copy(int dst, int src, int positions) {
   }
 }
 
-// ---- the registry ----
+// ---- TableBase: the RoPE table and the attention rows, built once for every table ----
+
+bool TableBase::grow_rope(int pos, const RopeDims& d) {
+  const int half = d.rope_dim / 2;
+  const bool same = half == rope_half_ && d.theta == rope_theta_ && d.freq_scale == rope_scale_ &&
+                    d.freq_factors == rope_factors_;
+  if (pos < rope_positions_ && same) return false;
+  if (!same) rope_positions_ = 0;  // another model's RoPE: a new table
+  const int n = std::max(pos + 1, rope_positions_ * 2);
+  rope_cos_.resize(static_cast<size_t>(n) * half);
+  rope_sin_.resize(static_cast<size_t>(n) * half);
+  math::rope_table(d.theta, d.rope_dim, rope_positions_, n, rope_cos_.data(), rope_sin_.data(), d.freq_scale,
+                   d.freq_factors);
+  rope_positions_ = n;
+  rope_half_ = half;
+  rope_theta_ = d.theta;
+  rope_scale_ = d.freq_scale;
+  rope_factors_ = d.freq_factors;
+  return true;
+}
+
+const AttentionRow* TableBase::attention_rows(const Buffer& q, const KvRow* rows, int R, int layer,
+                                              const AttentionDims& d, Buffer& out) {
+  const size_t width = static_cast<size_t>(d.n_heads) * d.head_dim;
+  att_rows_.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r)
+    att_rows_[r] = {q.data() + r * width, kv_k(rows[r].slot, layer), kv_v(rows[r].slot, layer), rows[r].pos + 1,
+                    out.data() + r * width};
+  return att_rows_.data();
+}
+
+// ---- the backends and the registry of tables ----
 
 namespace {
+
+#ifdef REPRO_HAVE_CUDA
+constexpr bool kCudaBuilt = true;
+#else
+constexpr bool kCudaBuilt = false;
+#endif
+
+// One row per Device, the CPU first (the environment record lists them in this order).
+const Backend kBackends[] = {
+    {Device::Cpu, "cpu", true, cpu_present, cpu_describe, cpu_risks},
+    {Device::Cuda, "cuda", kCudaBuilt, cuda_present, cuda_describe, cuda_risks},
+};
 
 struct Registered {
   Device device;
@@ -141,21 +185,20 @@ const Registered* find_table(Device device, Mode mode) {
   return nullptr;
 }
 
-// Whether this machine can run tables of `device` (a CUDA build on a machine without a GPU lists
-// only the CPU tables).
-bool device_present(Device device) {
-#ifdef REPRO_HAVE_CUDA
-  if (device == Device::Cuda) return cuda::available();
-#endif
-  return device == Device::Cpu;
-}
-
 }  // namespace
+
+std::span<const Backend> backends() { return kBackends; }
+
+const Backend& backend(Device device) {
+  for (const auto& b : kBackends)
+    if (b.device == device) return b;
+  throw std::logic_error("no backend row for this device");
+}
 
 std::vector<TableSpec> available_op_tables() {
   std::vector<TableSpec> out;
   for (const auto& t : kTables)
-    if (device_present(t.device)) out.push_back({t.device, t.mode, t.name, t.weight_types});
+    if (backend(t.device).present()) out.push_back({t.device, t.mode, t.name, t.weight_types});
   return out;
 }
 
@@ -183,12 +226,9 @@ std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
   if (device == Device::Cuda && mode == Mode::Deterministic)
     throw BackendError("--mode deterministic runs the CPU reference kernels only (there is no cuda-deterministic "
                        "table); use --device cpu, or batch-invariant on cuda");
-  if (device == Device::Cuda) {
-#ifndef REPRO_HAVE_CUDA
+  if (device == Device::Cuda && !backend(device).built)
     throw BackendError("--device cuda: this repro-audit was built without CUDA (configure with -DREPRO_CUDA=ON on a "
                        "machine with the CUDA toolkit); use --device cpu");
-#endif
-  }
   throw BackendError("no op table for this device and mode; use --device cpu");
 }
 

@@ -4,7 +4,7 @@
 // (matmul, RMSNorm, attention): buffers are host memory, weights are read in place, and the
 // element-wise ops (embedding gather, RoPE, silu * up, residual and bias add, KV store, row gather,
 // precision rounding) are plain loops whose value for a row never depends on other rows, computed
-// by the math the CUDA tables share (include/repro/kernels/elementwise_math.hpp: own exp in SiLU,
+// by the math the CUDA tables share (kernels/elementwise_math.hpp: own exp in SiLU,
 // one RoPE table function), so a GPU's element-wise bits equal these.
 //   cpu-default          kernels/*/default.cpp: a GEMV for one row, register tiles for a few rows,
 //                        OpenBLAS cblas_sgemm for many, split-KV attention, the fastest RMSNorm;
@@ -20,6 +20,8 @@
 // block formats through kernels/matmul/quant_*.cpp (dequantized panel by panel, activations stay
 // f32; the invariant order is fixed by K and the type). The embedding gather dequantizes the rows
 // it reads.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -33,11 +35,9 @@
 #include "repro/common/error.hpp"
 #include "repro/common/threadpool.hpp"
 #include "repro/common/quant.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
-
-extern "C" char* openblas_get_config(void);
+#include "elementwise_math.hpp"
+#include "kernels.hpp"
+#include "matmul_quant.hpp"
 
 namespace repro::kernels {
 
@@ -49,7 +49,7 @@ struct CpuKernels {
   const char* mode;  // mode name
   bool blas;         // matmul calls OpenBLAS
   void (*matmul)(const float*, const float*, float*, int, int, int, ThreadPool&);
-  // Weights in a block format or F16/BF16, read in their stored type (repro/kernels/matmul_quant.hpp).
+  // Weights in a block format or F16/BF16, read in their stored type (kernels/matmul_quant.hpp).
   void (*matmul_q)(const float*, const QuantWeight&, float*, int, int, int, ThreadPool&);
   void (*rmsnorm)(const float*, const float*, float*, int, int, float, ThreadPool&);
   void (*attention)(const AttentionRow*, int, const AttentionShape&, ThreadPool&);
@@ -84,24 +84,22 @@ const float* f32_data(const Weight& w, const char* op, const char* table) {
   return static_cast<const float*>(w.data);
 }
 
-#if REPRO_X86
-// silu(g) * u on 8 lanes at a time, bit for bit math::silu_mul: exp8 is math::exp lane by lane,
-// and the negation, the add, the correctly rounded division and the product are the scalar's.
+// silu(g) * u on 8 lanes at a time, bit for bit math::silu_mul: simd::exp is math::exp lane by
+// lane, and the negation, the add, the correctly rounded division and the product are the scalar's.
 // Returns how many elements it did (a multiple of 8); the caller finishes the tail.
-REPRO_AVX2 size_t silu_mul_avx2(float* g, const float* u, size_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+REPRO_LANES size_t silu_mul_lanes(float* g, const float* u, size_t n) {
+  const simd::f32x8 one = simd::set1(1.0f);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(g + i);
-    const __m256 e = detail::exp8(_mm256_xor_ps(x, sign));
-    const __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    const simd::f32x8 x = simd::load(g + i);
+    const simd::f32x8 e = simd::exp(simd::neg(x));
+    const simd::f32x8 s = simd::div(x, simd::add(one, e));
+    simd::store(g + i, simd::mul(s, simd::load(u + i)));
   }
   return i;
 }
-#endif
 
-class CpuOps final : public Ops {
+class CpuOps final : public TableBase {
  public:
   CpuOps(const CpuKernels& k, int threads) : k_(k), pool_(k.alone ? 1 : threads) {}
   ~CpuOps() override = default;
@@ -148,12 +146,7 @@ class CpuOps final : public Ops {
 
   void attention(const Buffer& q, const KvRow* rows, int R, int layer, const AttentionDims& d,
                  Buffer& out) override {
-    const size_t width = static_cast<size_t>(d.n_heads) * d.head_dim;
-    att_rows_.resize(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r)
-      att_rows_[r] = {q.data() + r * width, kv_k(rows[r].slot, layer), kv_v(rows[r].slot, layer), rows[r].pos + 1,
-                      out.data() + r * width};
-    k_.attention(att_rows_.data(), R, {d.n_heads, d.n_kv_heads, d.head_dim, kv_dim()}, pool_);
+    k_.attention(attention_rows(q, rows, R, layer, d, out), R, attention_shape(d), pool_);
   }
 
   // ---- element-wise ops ----
@@ -181,8 +174,8 @@ class CpuOps final : public Ops {
     const size_t width = static_cast<size_t>(n_heads) * d.head_dim;
     for (int r = 0; r < R; ++r) {
       grow_rope(pos[r], d);
-      const float* cs = &rope_cos_[static_cast<size_t>(pos[r]) * half];
-      const float* sn = &rope_sin_[static_cast<size_t>(pos[r]) * half];
+      const float* cs = rope_cos() + static_cast<size_t>(pos[r]) * half;
+      const float* sn = rope_sin() + static_cast<size_t>(pos[r]) * half;
       for (int h = 0; h < n_heads; ++h) {
         float* v = x.data() + r * width + static_cast<size_t>(h) * d.head_dim;
         if (d.neox)
@@ -197,9 +190,7 @@ class CpuOps final : public Ops {
     float* g = gate.data();
     const float* u = up.data();
     size_t i = 0;
-#if REPRO_X86
-    if (use_avx2()) i = silu_mul_avx2(g, u, n);
-#endif
+    if (use_lanes()) i = silu_mul_lanes(g, u, n);
     for (; i < n; ++i) g[i] = math::silu_mul(g[i], u[i]);  // own exp: the GPU's bits
   }
 
@@ -247,32 +238,8 @@ class CpuOps final : public Ops {
   void raw_copy(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
 
  private:
-  // cos/sin for positions 0..pos, grown on demand (doubling).
-  void grow_rope(int pos, const RopeDims& d) {
-    const int half = d.rope_dim / 2;
-    const bool same = half == rope_half_ && d.theta == rope_theta_ && d.freq_scale == rope_scale_ &&
-                      d.freq_factors == rope_factors_;
-    if (pos < rope_positions_ && same) return;
-    if (!same) rope_positions_ = 0;  // another model's RoPE: a new table
-    const int n = std::max(pos + 1, rope_positions_ * 2);
-    rope_cos_.resize(static_cast<size_t>(n) * half);
-    rope_sin_.resize(static_cast<size_t>(n) * half);
-    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, rope_cos_.data(), rope_sin_.data(), d.freq_scale,
-                     d.freq_factors);
-    rope_positions_ = n;
-    rope_half_ = half;
-    rope_theta_ = d.theta;
-    rope_scale_ = d.freq_scale;
-    rope_factors_ = d.freq_factors;
-  }
-
   const CpuKernels& k_;
   ThreadPool pool_;
-  std::vector<AttentionRow> att_rows_;
-  std::vector<float> rope_cos_, rope_sin_;  // [position][rope_dim / 2]
-  int rope_positions_ = 0, rope_half_ = 0;
-  float rope_theta_ = 0, rope_scale_ = 0;
-  const float* rope_factors_ = nullptr;
 };
 
 }  // namespace

@@ -9,8 +9,13 @@
 //                         attention with the split count chosen by shape
 //   cuda-batch-invariant  kernels/*/cuda_invariant.cu: the CPU reference order, so its bits equal
 //                         cpu-batch-invariant's: a report made on a GPU re-verifies on any CPU
+// Each table is one kernel set (CudaKernels), picked once, as the CPU tables pick theirs.
+// What stays constant over a step's layers (the positions RoPE reads, the KV-cache addresses the
+// store writes) is uploaded once per step, in begin_step; the attention rows carry the layer's K/V
+// and the call's buffers, so they are uploaded per call, into the table's own attention scratch.
 #ifdef REPRO_HAVE_CUDA
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,12 +23,27 @@
 
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
-#include "repro/kernels/cuda.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "cuda.hpp"
+#include "elementwise_math.hpp"
+#include "kernels.hpp"
 
 namespace repro::kernels {
 namespace {
+
+// The kernel set of one CUDA table: the three kernels whose reduction order decides batch variance.
+struct CudaKernels {
+  const char* name;  // table name
+  const char* mode;  // mode name
+  bool cublas;       // matmul calls cuBLAS
+  void (*matmul)(const float*, const float*, float*, int, int, int);
+  void (*rmsnorm)(const float*, const float*, float*, int, int, float);
+  void (*attention)(const AttentionRow*, int, const AttentionShape&, cuda::AttentionScratch&);
+};
+
+const CudaKernels kCudaDefault{"cuda-default", "default", true, cuda::matmul_default, cuda::rmsnorm_default,
+                               cuda::attention_default};
+const CudaKernels kCudaInvariant{"cuda-batch-invariant", "batch-invariant", false, cuda::matmul_invariant,
+                                 cuda::rmsnorm_invariant, cuda::attention_invariant};
 
 // Small device arrays, grown on demand (row indices, positions, row pointers).
 template <class T>
@@ -31,27 +51,66 @@ struct DevArray {
   T* p = nullptr;
   size_t cap = 0;
 };
+void device_free(int* p) { cuda::free_ints(p); }
+void device_free(float** p) { cuda::free_ptrs(p); }
+void device_alloc(int*& p, size_t n) { p = cuda::alloc_ints(n); }
+void device_alloc(float**& p, size_t n) { p = cuda::alloc_ptrs(n); }
+void device_upload(int* d, const int* src, size_t n) { cuda::upload_ints(d, src, n); }
+void device_upload(float** d, float* const* src, size_t n) { cuda::upload_ptrs(d, src, n); }
 
-class CudaOps final : public Ops {
+// n elements of src into a (grown to twice n when too small); returns the device copy.
+template <class T>
+T* to_device(DevArray<T>& a, const T* src, size_t n) {
+  if (n > a.cap) {
+    device_free(a.p);
+    a.p = nullptr;
+    a.cap = 0;
+    device_alloc(a.p, n * 2);
+    a.cap = n * 2;
+  }
+  device_upload(a.p, src, n);
+  return a.p;
+}
+
+class CudaOps final : public TableBase {
  public:
-  CudaOps(bool invariant, int threads) : invariant_(invariant), threads_(threads), info_(cuda::device_info()) {}
+  CudaOps(const CudaKernels& k, int threads) : k_(k), threads_(threads), info_(cuda::device_info()) {}
   ~CudaOps() override {
     for (auto& [host, dev] : weights_) cuda::free(dev);
     cuda::free(rope_cos_), cuda::free(rope_sin_);
-    cuda::free_ints(ints_.p);
-    cuda::free_ptrs(ptrs_.p);
+    device_free(ints_.p), device_free(step_pos_.p);
+    device_free(ptrs_.p), device_free(step_ptrs_.p);
   }
 
   OpsInfo describe() const override {
     OpsInfo i;
-    i.name = invariant_ ? "cuda-batch-invariant" : "cuda-default";
+    i.name = k_.name;
     i.device = "cuda";
-    i.mode = invariant_ ? "batch-invariant" : "default";
+    i.mode = k_.mode;
     i.isa = info_.name + " (compute capability " + std::to_string(info_.cc_major) + "." +
             std::to_string(info_.cc_minor) + ")";
-    i.library = invariant_ ? "own kernels (no cuBLAS)" : "cuBLAS " + info_.cublas_version;
+    i.library = k_.cublas ? "cuBLAS " + info_.cublas_version : "own kernels (no cuBLAS)";
     i.threads = threads_;  // host threads the table was made with (the kernels run on the GPU)
     return i;
+  }
+
+  // ---- the step: positions and KV-cache addresses of every layer, uploaded once ----
+  void begin_step(const KvRow* rows, int R) override {
+    step_rows_.assign(rows, rows + R);
+    step_generation_ = kv_generation();
+    std::vector<int> pos(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) pos[r] = rows[r].pos;
+    to_device(step_pos_, pos.data(), pos.size());
+    // [layer][K rows, then V rows]: the store's destinations, as kv_store would upload them per layer.
+    const int layers = kv_layers();
+    const size_t kd = kv_dim();
+    host_ptrs_.resize(static_cast<size_t>(layers) * 2 * R);
+    for (int l = 0; l < layers; ++l)
+      for (int r = 0; r < R; ++r) {
+        host_ptrs_[(static_cast<size_t>(l) * 2) * R + r] = kv_k(rows[r].slot, l) + rows[r].pos * kd;
+        host_ptrs_[(static_cast<size_t>(l) * 2 + 1) * R + r] = kv_v(rows[r].slot, l) + rows[r].pos * kd;
+      }
+    to_device(step_ptrs_, host_ptrs_.data(), host_ptrs_.size());
   }
 
   // ---- buffers: device memory ----
@@ -80,36 +139,26 @@ class CudaOps final : public Ops {
 
   // ---- kernels ----
   void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) override {
-    const float* dw = device_weight(w);
-    if (invariant_) cuda::matmul_invariant(x.data(), dw, y.data(), M, w.rows, w.cols);
-    else cuda::matmul_default(x.data(), dw, y.data(), M, w.rows, w.cols);
+    k_.matmul(x.data(), device_weight(w), y.data(), M, w.rows, w.cols);
   }
   void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {
-    const float* dg = device_weight(g);
-    if (invariant_) cuda::rmsnorm_invariant(x.data(), dg, y.data(), M, g.cols, eps);
-    else cuda::rmsnorm_default(x.data(), dg, y.data(), M, g.cols, eps);
+    k_.rmsnorm(x.data(), device_weight(g), y.data(), M, g.cols, eps);
   }
   void attention(const Buffer& q, const KvRow* rows, int R, int layer, const AttentionDims& d, Buffer& out) override {
-    const size_t width = static_cast<size_t>(d.n_heads) * d.head_dim;
-    att_rows_.resize(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r)
-      att_rows_[r] = {q.data() + r * width, kv_k(rows[r].slot, layer), kv_v(rows[r].slot, layer), rows[r].pos + 1,
-                      out.data() + r * width};
-    const AttentionShape s{d.n_heads, d.n_kv_heads, d.head_dim, kv_dim()};
-    if (invariant_) cuda::attention_invariant(att_rows_.data(), R, s);
-    else cuda::attention_default(att_rows_.data(), R, s);
+    k_.attention(attention_rows(q, rows, R, layer, d, out), R, attention_shape(d), att_scratch_);
   }
 
   // ---- element-wise ops ----
   void embed(const Weight& table, const int* tokens, int R, Buffer& x) override {
     const float* dt = device_weight(table);
-    cuda::gather_rows(dt, upload_ints(tokens, R), R, table.cols, x.data());
+    cuda::gather_rows(dt, to_device(ints_, tokens, R), R, table.cols, x.data());
   }
   void rope(Buffer& x, const int* pos, int R, int n_heads, const RopeDims& d) override {
     int max_pos = 0;
     for (int r = 0; r < R; ++r) max_pos = std::max(max_pos, pos[r]);
-    grow_rope(max_pos, d);
-    cuda::rope(x.data(), upload_ints(pos, R), R, n_heads, d.head_dim, d.rope_dim, d.neox, rope_cos_, rope_sin_);
+    if (grow_rope(max_pos, d)) upload_rope();
+    const int* d_pos = step_positions(pos, R) ? step_pos_.p : to_device(ints_, pos, R);
+    cuda::rope(x.data(), d_pos, R, n_heads, d.head_dim, d.rope_dim, d.neox, rope_cos_, rope_sin_);
   }
   void silu_mul(Buffer& gate, const Buffer& up, size_t n) override { cuda::silu_mul(gate.data(), up.data(), n); }
   void add(Buffer& x, const Buffer& y, size_t n) override { cuda::add(x.data(), y.data(), n); }
@@ -118,17 +167,22 @@ class CudaOps final : public Ops {
   }
   void kv_store(const Buffer& k, const Buffer& v, const KvRow* rows, int R, int layer) override {
     const size_t kd = kv_dim();
-    host_ptrs_.resize(2 * static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r) {
-      host_ptrs_[r] = kv_k(rows[r].slot, layer) + rows[r].pos * kd;
-      host_ptrs_[R + r] = kv_v(rows[r].slot, layer) + rows[r].pos * kd;
+    float** dst = nullptr;
+    if (step_rows(rows, R)) {
+      dst = step_ptrs_.p + static_cast<size_t>(layer) * 2 * R;
+    } else {  // outside a step (the kernel harness): this layer's destinations, now
+      host_ptrs_.resize(2 * static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r) {
+        host_ptrs_[r] = kv_k(rows[r].slot, layer) + rows[r].pos * kd;
+        host_ptrs_[R + r] = kv_v(rows[r].slot, layer) + rows[r].pos * kd;
+      }
+      dst = to_device(ptrs_, host_ptrs_.data(), host_ptrs_.size());
     }
-    float** dst = upload_ptrs(host_ptrs_.data(), host_ptrs_.size());
     cuda::scatter_rows(k.data(), dst, R, static_cast<int>(kd));
     cuda::scatter_rows(v.data(), dst + R, R, static_cast<int>(kd));
   }
   void gather_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst) override {
-    cuda::gather_rows(src.data(), upload_ints(idx, n), n, width, dst.data());
+    cuda::gather_rows(src.data(), to_device(ints_, idx, n), n, width, dst.data());
   }
   void round_to(Precision p, Buffer& x, size_t n) override {
     cuda::round_to(p == Precision::BF16 ? 1 : p == Precision::F16 ? 2 : 0, x.data(), n);
@@ -155,66 +209,44 @@ class CudaOps final : public Ops {
     if (resident_.count(w.data)) return static_cast<const float*>(w.data);
     return static_cast<const float*>(bind_weight(w).data);
   }
-  int* upload_ints(const int* src, int n) {
-    if (static_cast<size_t>(n) > ints_.cap) {
-      cuda::free_ints(ints_.p);
-      ints_.p = nullptr;
-      ints_.p = cuda::alloc_ints(static_cast<size_t>(n) * 2);
-      ints_.cap = static_cast<size_t>(n) * 2;
-    }
-    cuda::upload_ints(ints_.p, src, n);
-    return ints_.p;
+  // Whether (rows, R) / (pos, R) are the current step's, whose device copies begin_step made (and
+  // no slot was reallocated since).
+  bool step_rows(const KvRow* rows, int R) const {
+    if (R != static_cast<int>(step_rows_.size()) || step_generation_ != kv_generation()) return false;
+    for (int r = 0; r < R; ++r)
+      if (rows[r].slot != step_rows_[r].slot || rows[r].pos != step_rows_[r].pos) return false;
+    return true;
   }
-  float** upload_ptrs(float* const* src, size_t n) {
-    if (n > ptrs_.cap) {
-      cuda::free_ptrs(ptrs_.p);
-      ptrs_.p = nullptr;
-      ptrs_.p = cuda::alloc_ptrs(n * 2);
-      ptrs_.cap = n * 2;
-    }
-    cuda::upload_ptrs(ptrs_.p, src, n);
-    return ptrs_.p;
+  bool step_positions(const int* pos, int R) const {
+    if (R != static_cast<int>(step_rows_.size())) return false;
+    for (int r = 0; r < R; ++r)
+      if (pos[r] != step_rows_[r].pos) return false;
+    return true;
   }
-  // The host's cos/sin table (math::rope_table, the CPU tables' function) for positions 0..pos,
-  // grown by doubling and uploaded whole.
-  void grow_rope(int pos, const RopeDims& d) {
-    const int half = d.rope_dim / 2;
-    const bool same = half == rope_half_ && d.theta == rope_theta_ && d.freq_scale == rope_scale_ &&
-                      d.freq_factors == rope_factors_;
-    if (pos < rope_positions_ && same) return;
-    if (!same) rope_positions_ = 0;  // another model's RoPE: a new table
-    const int n = std::max(pos + 1, rope_positions_ * 2);
-    host_cos_.resize(static_cast<size_t>(n) * half);
-    host_sin_.resize(static_cast<size_t>(n) * half);
-    math::rope_table(d.theta, d.rope_dim, rope_positions_, n, host_cos_.data(), host_sin_.data(), d.freq_scale,
-                     d.freq_factors);
+  // The base's cos/sin table (math::rope_table, the CPU tables' function), uploaded whole when it grew.
+  void upload_rope() {
     cuda::free(rope_cos_), cuda::free(rope_sin_);
     rope_cos_ = rope_sin_ = nullptr;
-    rope_cos_ = cuda::alloc(host_cos_.size());
-    rope_sin_ = cuda::alloc(host_sin_.size());
-    cuda::upload(rope_cos_, host_cos_.data(), host_cos_.size());
-    cuda::upload(rope_sin_, host_sin_.data(), host_sin_.size());
-    rope_positions_ = n;
-    rope_half_ = half;
-    rope_theta_ = d.theta;
-    rope_scale_ = d.freq_scale;
-    rope_factors_ = d.freq_factors;
+    rope_cos_ = cuda::alloc(rope_size());
+    rope_sin_ = cuda::alloc(rope_size());
+    cuda::upload(rope_cos_, rope_cos(), rope_size());
+    cuda::upload(rope_sin_, rope_sin(), rope_size());
   }
 
-  bool invariant_;
+  const CudaKernels& k_;
   int threads_;
   cuda::DeviceInfo info_;
   std::unordered_map<const void*, float*> weights_;  // host address -> resident device copy
   std::unordered_set<const void*> resident_;         // the device copies
-  std::vector<AttentionRow> att_rows_;
+  cuda::AttentionScratch att_scratch_;
   std::vector<float*> host_ptrs_;
-  DevArray<int> ints_;
-  DevArray<float*> ptrs_;
-  std::vector<float> host_cos_, host_sin_;
+  DevArray<int> ints_;        // per-call indices (tokens, gathered rows; positions outside a step)
+  DevArray<float*> ptrs_;     // per-call KV destinations outside a step
+  std::vector<KvRow> step_rows_;  // the current step's rows (begin_step)
+  long step_generation_ = -1;
+  DevArray<int> step_pos_;        // [R] the step's positions
+  DevArray<float*> step_ptrs_;    // [layer][2][R] the step's KV-cache destinations
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
-  int rope_positions_ = 0, rope_half_ = 0;
-  float rope_theta_ = 0, rope_scale_ = 0;
-  const float* rope_factors_ = nullptr;
 };
 
 void require_device() {
@@ -227,11 +259,11 @@ void require_device() {
 
 std::unique_ptr<Ops> make_cuda_default(int threads) {
   require_device();
-  return std::make_unique<CudaOps>(false, threads);
+  return std::make_unique<CudaOps>(kCudaDefault, threads);
 }
 std::unique_ptr<Ops> make_cuda_invariant(int threads) {
   require_device();
-  return std::make_unique<CudaOps>(true, threads);
+  return std::make_unique<CudaOps>(kCudaInvariant, threads);
 }
 
 }  // namespace repro::kernels

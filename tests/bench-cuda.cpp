@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "repro/common/error.hpp"
-#include "repro/kernels/cuda.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels/cuda.hpp"
+#include "../kernels/elementwise_math.hpp"
+#include "../kernels/kernels.hpp"
 
 using namespace repro::kernels;
 
@@ -158,6 +158,7 @@ struct Step {
   float** kdst;
   float** vdst;
   std::vector<AttentionRow> rows;
+  cuda::AttentionScratch att_scratch;
   Step(const Model& model, int batch, bool inv)
       : m(model), B(batch), invariant(inv), x(size_t(B) * m.s.dim), xn(size_t(B) * m.s.dim), q(size_t(B) * m.s.dim),
         k(size_t(B) * m.s.kv_dim()), v(size_t(B) * m.s.kv_dim()), att(size_t(B) * m.s.dim), tmp(size_t(B) * m.s.dim),
@@ -220,8 +221,8 @@ struct Step {
       for (int b = 0; b < B; ++b)
         rows[b] = {q.p + size_t(b) * s.dim, kc + size_t(b) * s.ctx * s.kv_dim(), vc + size_t(b) * s.ctx * s.kv_dim(),
                    s.ctx, att.p + size_t(b) * s.dim};
-      if (invariant) cuda::attention_invariant(rows.data(), B, as);
-      else cuda::attention_default(rows.data(), B, as);
+      if (invariant) cuda::attention_invariant(rows.data(), B, as, att_scratch);
+      else cuda::attention_default(rows.data(), B, as, att_scratch);
       matmul(att.p, L.wo, tmp.p, s.dim, s.dim);
       cuda::add(x.p, tmp.p, size_t(B) * s.dim);
       norm(x.p, L.ffn_norm, xn.p);

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "../kernels/common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels/kernels.hpp"
 
 namespace repro::test {
 

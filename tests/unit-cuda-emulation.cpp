@@ -5,7 +5,7 @@
 // thread in a serial emulation of each kernel's block/thread decomposition, with the warp's
 // xor-shuffles simulated in plain C++, and the result is compared bit for bit (memcmp) with the
 // CPU reference across batch sizes and shapes, odd lengths included. This catches order mistakes
-// without a GPU. Also: the shared element-wise math (include/repro/kernels/elementwise_math.hpp)
+// without a GPU. Also: the shared element-wise math (kernels/elementwise_math.hpp)
 // against the C library, and its exact reproducibility.
 #include <doctest/doctest.h>
 
@@ -22,8 +22,8 @@
 #include "../kernels/common.hpp"
 #include "../kernels/matmul/cuda_tile.hpp"
 #include "../kernels/rmsnorm/cuda_rows.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels/elementwise_math.hpp"
+#include "../kernels/kernels.hpp"
 #include "repro/kernels/ops.hpp"
 
 using namespace repro::kernels;

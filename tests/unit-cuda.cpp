@@ -20,11 +20,11 @@ TEST_CASE("cuda: built without CUDA") { MESSAGE("skipped: this build has no CUDA
 #include "repro/audit/batch_context.hpp"
 #include "repro/common/error.hpp"
 #include "repro/engine/engine.hpp"
-#include "repro/kernels/cuda.hpp"
+#include "../kernels/cuda.hpp"
 #include "repro/model/synth.hpp"
 #include "test_util.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels/elementwise_math.hpp"
+#include "../kernels/kernels.hpp"
 
 using namespace repro::kernels;
 using repro::BatchContext;
@@ -150,6 +150,7 @@ TEST_CASE("cuda: invariant attention == CPU reference bitwise (prefill and decod
   const auto v = random_vec(static_cast<size_t>(max_ctx) * s.kv_stride, 6);
   Dev dk(k), dv(v);
   std::string counts;
+  cuda::AttentionScratch scratch;
   std::vector<float> alone;
   for (int R : kBatches) {
     // Row r attends to n_ctx = 1 + (r * 37 + 600) % max_ctx positions; row 0 always to 601.
@@ -164,10 +165,10 @@ TEST_CASE("cuda: invariant attention == CPU reference bitwise (prefill and decod
       dr[r] = {dq.p + r * width, dk.p, dv.p, n_ctx, dout.p + r * width};
     }
     attention_reference(hr.data(), R, s);
-    cuda::attention_invariant(dr.data(), R, s);
+    cuda::attention_invariant(dr.data(), R, s, scratch);
     CAPTURE(R);
     CHECK(same_bits(dout.get().data(), ref.data(), ref.size()));
-    cuda::attention_default(dr.data(), R, s);
+    cuda::attention_default(dr.data(), R, s, scratch);
     const auto def = dout.get();
     if (R == 1) alone.assign(def.begin(), def.begin() + width);
     counts += " R=" + std::to_string(R) + (same_bits(def.data(), alone.data(), width) ? ":same" : ":differs");

@@ -24,9 +24,9 @@
 #include "repro/common/error.hpp"
 #include "repro/common/quant.hpp"
 #include "repro/engine/device.hpp"
-#include "repro/kernels/elementwise_math.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "../kernels/elementwise_math.hpp"
+#include "../kernels/kernels.hpp"
+#include "../kernels/matmul_quant.hpp"
 #include "repro/kernels/ops.hpp"
 
 using namespace repro;
@@ -337,6 +337,47 @@ TEST_CASE("op tables: KV store and attention over KV slots (GQA, contexts across
     const int again = ops.kv_acquire(2);
     CHECK((again == copy || again == slot[5]));
     CHECK(ops.kv_slots() == before);
+  }
+}
+
+TEST_CASE("op tables: begin_step changes no bits of rope, kv_store and attention, and goes stale with the slots") {
+  const int layers = 3, n_heads = 4, n_kv = 2, hd = 16, kv_dim = n_kv * hd, width = n_heads * hd, R = 5;
+  const RopeDims rd{hd, hd, 10000.0f};
+  const auto q = nonzero(static_cast<size_t>(R) * width, 51);
+  const auto k = nonzero(static_cast<size_t>(R) * kv_dim, 52);
+  const auto v = nonzero(static_cast<size_t>(R) * kv_dim, 53);
+  for (Table& t : tables()) {
+    CAPTURE(t.spec.name);
+    Ops& ops = *t.ops;
+    ops.kv_configure(layers, kv_dim);
+    // The same step twice, into two sets of slots: without begin_step, then with it.
+    std::vector<float> out[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      // A prefill step of two sequences: rows 0..2 at positions 0..2 of one slot, rows 3..4 at 0..1
+      // of another (each row attends to positions its step writes).
+      const int sa = ops.kv_acquire(40), sb = ops.kv_acquire(40);
+      std::vector<KvRow> rows(R);
+      std::vector<int> pos(R);
+      for (int r = 0; r < R; ++r) rows[r] = {r < 3 ? sa : sb, pos[r] = r < 3 ? r : r - 3};
+      if (pass == 1) {
+        ops.begin_step(rows.data(), R);
+        // A slot regrown after begin_step (same index, new memory): the step's addresses are stale
+        // and the ops must write and read the slot where it is now.
+        ops.kv_release(rows[0].slot);
+        REQUIRE(ops.kv_acquire(400) == rows[0].slot);
+      }
+      Buffer qb = to_device(ops, q), kb = to_device(ops, k), vb = to_device(ops, v), ob = ops.alloc(q.size());
+      ops.rope(qb, pos.data(), R, n_heads, rd);
+      ops.rope(kb, pos.data(), R, n_kv, rd);
+      for (int l = 0; l < layers; ++l) {
+        ops.kv_store(kb, vb, rows.data(), R, l);
+        ops.attention(qb, rows.data(), R, l, {n_heads, n_kv, hd}, ob);
+      }
+      out[pass] = to_host(ops, ob, q.size());
+      ops.kv_release(sa);
+      ops.kv_release(sb);
+    }
+    CHECK(same(out[0].data(), out[1].data(), q.size()));
   }
 }
 

@@ -21,8 +21,8 @@
 #include "../kernels/matmul/quant_dot.hpp"
 #include "repro/common/dtype.hpp"
 #include "repro/common/quant.hpp"
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "../kernels/kernels.hpp"
+#include "../kernels/matmul_quant.hpp"
 
 using namespace repro;
 using namespace repro::kernels;

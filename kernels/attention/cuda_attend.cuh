@@ -6,7 +6,7 @@
 #pragma once
 #include "../cuda/check.cuh"
 #include "cuda_chunk.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels::cuda::att {
 
@@ -68,8 +68,5 @@ __device__ inline State attend_range(const AttentionRow& row, int h, const Atten
   }
   return st;
 }
-
-// Grow-only device scratch of the attention launchers (single-threaded use, like the engine).
-void* scratch(int which, size_t bytes);
 
 }  // namespace repro::kernels::cuda::att

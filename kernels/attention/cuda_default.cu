@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "cuda_attend.cuh"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
 void check_attention_shape(const AttentionShape& s);  // cuda_invariant.cu
@@ -56,7 +56,7 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, AttentionShap
 
 }  // namespace
 
-void attention_default(const AttentionRow* rows, int n_rows, const AttentionShape& s) {
+void attention_default(const AttentionRow* rows, int n_rows, const AttentionShape& s, AttentionScratch& scratch) {
   if (n_rows <= 0) return;
   check_attention_shape(s);
   int max_ctx = 0;
@@ -65,9 +65,9 @@ void attention_default(const AttentionRow* rows, int n_rows, const AttentionShap
   const long blocks = static_cast<long>(n_rows) * s.n_heads;
   const long want = (2L * detail::sm_count() + blocks - 1) / blocks;
   const int splits = static_cast<int>(std::max(1L, std::min(want, static_cast<long>((max_ctx + 63) / 64))));
-  auto* d_rows = static_cast<AttentionRow*>(att::scratch(0, sizeof(AttentionRow) * n_rows));
+  auto* d_rows = static_cast<AttentionRow*>(scratch.rows(sizeof(AttentionRow) * n_rows));
   REPRO_CUDA_CHECK(cudaMemcpy(d_rows, rows, sizeof(AttentionRow) * n_rows, cudaMemcpyHostToDevice));
-  auto* part = static_cast<float*>(att::scratch(1, sizeof(float) * blocks * splits * (s.head_dim + 3)));
+  auto* part = static_cast<float*>(scratch.part(sizeof(float) * blocks * splits * (s.head_dim + 3)));
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   attention_split_kernel<<<dim3(static_cast<unsigned>(blocks), splits), att::kThreads>>>(d_rows, s, scale, splits,
                                                                                           part);

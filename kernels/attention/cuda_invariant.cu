@@ -9,25 +9,25 @@
 // its tree, the V sum with n_vacc(head_dim) fma chains, the fold with exp, products and one add.
 // The caller writes the KV cache (the new position included) before attention runs.
 #include "cuda_attend.cuh"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
-namespace att {
-
-void* scratch(int which, size_t bytes) {
-  static void* buf[2] = {nullptr, nullptr};
-  static size_t cap[2] = {0, 0};
-  if (bytes > cap[which]) {
-    if (buf[which]) REPRO_CUDA_CHECK(cudaFree(buf[which]));
-    buf[which] = nullptr;
-    cap[which] = 0;
-    REPRO_CUDA_CHECK(cudaMalloc(&buf[which], bytes));
-    cap[which] = bytes;
-  }
-  return buf[which];
+AttentionScratch::~AttentionScratch() {
+  for (void* b : buf_)
+    if (b) cudaFree(b);  // from a destructor: a failing cudaFree at teardown is not worth an abort
 }
 
-}  // namespace att
+void* AttentionScratch::grow(int which, size_t bytes) {
+  if (bytes > cap_[which]) {
+    if (buf_[which]) REPRO_CUDA_CHECK(cudaFree(buf_[which]));
+    buf_[which] = nullptr;
+    cap_[which] = 0;
+    REPRO_CUDA_CHECK(cudaMalloc(&buf_[which], bytes));
+    cap_[which] = bytes;
+  }
+  return buf_[which];
+}
+
 namespace {
 
 __global__ void __launch_bounds__(att::kThreads) attention_invariant_kernel(const AttentionRow* rows,
@@ -54,10 +54,10 @@ void check_attention_shape(const AttentionShape& s) {
                        " and heads a multiple of KV heads");
 }
 
-void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionShape& s) {
+void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionShape& s, AttentionScratch& scratch) {
   if (n_rows <= 0) return;
   check_attention_shape(s);
-  auto* d_rows = static_cast<AttentionRow*>(att::scratch(0, sizeof(AttentionRow) * n_rows));
+  auto* d_rows = static_cast<AttentionRow*>(scratch.rows(sizeof(AttentionRow) * n_rows));
   REPRO_CUDA_CHECK(cudaMemcpy(d_rows, rows, sizeof(AttentionRow) * n_rows, cudaMemcpyHostToDevice));
   // The same expression as attention_reference, evaluated on the host: the same bits.
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {

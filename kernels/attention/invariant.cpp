@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace detail {
@@ -37,110 +37,109 @@ ChunkOut chunk_portable(const float* q, const float* k, const float* v, int kv_s
   return {m, tree8(lanes)};
 }
 
-#if REPRO_X86
 template <int NB, bool TAIL>
-REPRO_AVX2 inline void vstep(__m256* acc, float e, const float* vt, __m256i mask) {
-  const __m256 eb = _mm256_set1_ps(e);
+REPRO_LANES inline void vstep(simd::f32x8* acc, float e, const float* vt, simd::mask8 mask) {
+  const simd::f32x8 eb = simd::set1(e);
   for (int b = 0; b < NB; ++b) {
-    __m256 vv = (TAIL && b == NB - 1) ? _mm256_maskload_ps(vt + b * 8, mask) : _mm256_loadu_ps(vt + b * 8);
-    acc[b] = _mm256_fmadd_ps(eb, vv, acc[b]);
+    simd::f32x8 vv = (TAIL && b == NB - 1) ? simd::load(vt + b * 8, mask) : simd::load(vt + b * 8);
+    acc[b] = simd::fma(eb, vv, acc[b]);
   }
 }
 
 // o[d0 .. d0+dlen) = sum_t e_t * v_t with P partial accumulators; NB 8-wide blocks of d, the last
 // one partial (masked) when TAIL.
 template <int NB, int P, bool TAIL>
-REPRO_AVX2 void vsum(const float* e, const float* v, int kv_stride, int n, int dlen, float* o) {
-  __m256 acc[P][NB];
+REPRO_LANES void vsum(const float* e, const float* v, int kv_stride, int n, int dlen, float* o) {
+  simd::f32x8 acc[P][NB];
   for (int p = 0; p < P; ++p)
-    for (int b = 0; b < NB; ++b) acc[p][b] = _mm256_setzero_ps();
-  const __m256i mask = tail_mask(dlen - (NB - 1) * 8);
+    for (int b = 0; b < NB; ++b) acc[p][b] = simd::zero();
+  const simd::mask8 mask = simd::tail(dlen - (NB - 1) * 8);
   int t = 0;
   for (; t + P <= n; t += P)
     for (int p = 0; p < P; ++p) vstep<NB, TAIL>(acc[p], e[t + p], v + (long)(t + p) * kv_stride, mask);
   for (; t < n; ++t) vstep<NB, TAIL>(acc[t % P], e[t], v + (long)t * kv_stride, mask);
   for (int b = 0; b < NB; ++b) {
-    __m256 r = acc[0][b];
-    if constexpr (P == 2) r = _mm256_add_ps(acc[0][b], acc[1][b]);
+    simd::f32x8 r = acc[0][b];
+    if constexpr (P == 2) r = simd::add(acc[0][b], acc[1][b]);
     if constexpr (P == 4)
-      r = _mm256_add_ps(_mm256_add_ps(acc[0][b], acc[1][b]), _mm256_add_ps(acc[2][b], acc[3][b]));
-    if (TAIL && b == NB - 1) _mm256_maskstore_ps(o + b * 8, mask, r);
-    else _mm256_storeu_ps(o + b * 8, r);
+      r = simd::add(simd::add(acc[0][b], acc[1][b]), simd::add(acc[2][b], acc[3][b]));
+    if (TAIL && b == NB - 1) simd::store(o + b * 8, mask, r);
+    else simd::store(o + b * 8, r);
   }
 }
 
 template <int NB, int P>
-REPRO_AVX2 void vsum_dispatch(const float* e, const float* v, int kv_stride, int n, int dlen, float* o) {
+REPRO_LANES void vsum_dispatch(const float* e, const float* v, int kv_stride, int n, int dlen, float* o) {
   if (dlen == NB * 8) vsum<NB, P, false>(e, v, kv_stride, n, dlen, o);
   else vsum<NB, P, true>(e, v, kv_stride, n, dlen, o);
 }
 
 // One dot per position, lane order of dot_lanes, for 8 positions at once (tree in hsum8x8).
-REPRO_AVX2 inline __m256 dots8(const float* q, const float* k, int kv_stride, int hd, __m256i qmask) {
-  __m256 acc[8];
-  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+REPRO_LANES inline simd::f32x8 dots8(const float* q, const float* k, int kv_stride, int hd, simd::mask8 qmask) {
+  simd::f32x8 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = simd::zero();
   const int hd8 = hd & ~7;
   for (int d = 0; d < hd8; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
+    const simd::f32x8 qv = simd::load(q + d);
     for (int j = 0; j < 8; ++j)
-      acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (long)j * kv_stride + d), acc[j]);
+      acc[j] = simd::fma(qv, simd::load(k + (long)j * kv_stride + d), acc[j]);
   }
   if (hd8 < hd) {
-    const __m256 qv = _mm256_maskload_ps(q + hd8, qmask);
+    const simd::f32x8 qv = simd::load(q + hd8, qmask);
     for (int j = 0; j < 8; ++j)
-      acc[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + (long)j * kv_stride + hd8, qmask), acc[j]);
+      acc[j] = simd::fma(qv, simd::load(k + (long)j * kv_stride + hd8, qmask), acc[j]);
   }
-  return hsum8x8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
+  return simd::hsum8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
 }
 
-REPRO_AVX2 inline float dot1(const float* q, const float* k, int hd, __m256i qmask) {
-  __m256 acc = _mm256_setzero_ps();
+REPRO_LANES inline float dot1(const float* q, const float* k, int hd, simd::mask8 qmask) {
+  simd::f32x8 acc = simd::zero();
   const int hd8 = hd & ~7;
-  for (int d = 0; d < hd8; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
-  if (hd8 < hd) acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + hd8, qmask), _mm256_maskload_ps(k + hd8, qmask), acc);
-  return hsum8(acc);
+  for (int d = 0; d < hd8; d += 8) acc = simd::fma(simd::load(q + d), simd::load(k + d), acc);
+  if (hd8 < hd) acc = simd::fma(simd::load(q + hd8, qmask), simd::load(k + hd8, qmask), acc);
+  return simd::hsum(acc);
 }
 
-REPRO_AVX2 ChunkOut chunk_avx2(const float* q, const float* k, const float* v, int kv_stride, int hd,
+REPRO_LANES ChunkOut chunk_lanes(const float* q, const float* k, const float* v, int kv_stride, int hd,
                                float scale, int t0, int t1, float* o, float* sc) {
   const int n = t1 - t0;
-  const __m256i qmask = tail_mask(hd & 7);
-  const __m256 vscale = _mm256_set1_ps(scale);
+  const simd::mask8 qmask = simd::tail(hd & 7);
+  const simd::f32x8 vscale = simd::set1(scale);
   k += (long)t0 * kv_stride;
   v += (long)t0 * kv_stride;
   // scores
   int t = 0;
   for (; t + 8 <= n; t += 8)
-    _mm256_storeu_ps(sc + t, _mm256_mul_ps(dots8(q, k + (long)t * kv_stride, kv_stride, hd, qmask), vscale));
+    simd::store(sc + t, simd::mul(dots8(q, k + (long)t * kv_stride, kv_stride, hd, qmask), vscale));
   for (; t < n; ++t) sc[t] = dot1(q, k + (long)t * kv_stride, hd, qmask) * scale;
   // max (exact in any order)
   float m = sc[0];
   {
-    __m256 vm = _mm256_set1_ps(sc[0]);
+    simd::f32x8 vm = simd::set1(sc[0]);
     int i = 0;
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(sc + i));
+    for (; i + 8 <= n; i += 8) vm = simd::max(vm, simd::load(sc + i));
     alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, vm);
+    simd::store(tmp, vm);
     for (int j = 0; j < 8; ++j) m = m < tmp[j] ? tmp[j] : m;
     for (; i < n; ++i) m = m < sc[i] ? sc[i] : m;
   }
   // exp and the 8-lane sum
-  const __m256 vmax = _mm256_set1_ps(m);
-  __m256 lanes = _mm256_setzero_ps();
+  const simd::f32x8 vmax = simd::set1(m);
+  simd::f32x8 lanes = simd::zero();
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), vmax));
-    _mm256_storeu_ps(sc + i, e);
-    lanes = _mm256_add_ps(lanes, e);
+    simd::f32x8 e = simd::exp(simd::sub(simd::load(sc + i), vmax));
+    simd::store(sc + i, e);
+    lanes = simd::add(lanes, e);
   }
   if (i < n) {
-    const __m256i mask = tail_mask(n - i);
-    __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(sc + i, mask), vmax));
-    e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
-    _mm256_maskstore_ps(sc + i, mask, e);
-    lanes = _mm256_add_ps(lanes, e);
+    const simd::mask8 mask = simd::tail(n - i);
+    simd::f32x8 e = simd::exp(simd::sub(simd::load(sc + i, mask), vmax));
+    e = simd::keep(e, mask);
+    simd::store(sc + i, mask, e);
+    lanes = simd::add(lanes, e);
   }
-  const float l = hsum8(lanes);
+  const float l = simd::hsum(lanes);
   // weighted V
   const int P = n_vacc(hd);
   if (P == 4) {
@@ -166,15 +165,12 @@ REPRO_AVX2 ChunkOut chunk_avx2(const float* q, const float* k, const float* v, i
   }
   return {m, l};
 }
-#endif
 
 }  // namespace
 
 ChunkOut attention_chunk(const float* q, const float* k, const float* v, int kv_stride, int head_dim,
                          float scale, int t0, int t1, float* o, float* scratch) {
-#if REPRO_X86
-  if (use_avx2()) return chunk_avx2(q, k, v, kv_stride, head_dim, scale, t0, t1, o, scratch);
-#endif
+  if (use_lanes()) return chunk_lanes(q, k, v, kv_stride, head_dim, scale, t0, t1, o, scratch);
   return chunk_portable(q, k, v, kv_stride, head_dim, scale, t0, t1, o, scratch);
 }
 

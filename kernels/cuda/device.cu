@@ -10,7 +10,7 @@
 #include <string>
 
 #include "check.cuh"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
 namespace detail {

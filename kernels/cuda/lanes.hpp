@@ -2,7 +2,7 @@
 // dot (kernels/common.hpp, detail::dot_lanes) and one step of the 8-lane xor-shuffle tree. The
 // kernels call them on the GPU; tests/unit-cuda-emulation.cpp calls them on the CPU.
 #pragma once
-#include "repro/kernels/elementwise_math.hpp"
+#include "../elementwise_math.hpp"
 
 namespace repro::kernels::cuda {
 

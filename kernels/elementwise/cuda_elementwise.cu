@@ -6,9 +6,9 @@
 // elementwise_math.hpp: own exp, IEEE division, no contraction under --fmad=false); RoPE rotates
 // by a cos/sin table made on the host by math::rope_table. No reduction, so no order to keep.
 #include "../cuda/check.cuh"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 #include "repro/common/rng.hpp"
-#include "repro/kernels/elementwise_math.hpp"
+#include "../elementwise_math.hpp"
 
 namespace repro::kernels::cuda {
 namespace {

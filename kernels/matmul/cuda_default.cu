@@ -5,7 +5,7 @@
 // M = 1 than at M = 64. Math mode stays CUBLAS_DEFAULT_MATH (no TF32 unless the user's
 // environment asks for it, e.g. NVIDIA_TF32_OVERRIDE).
 #include "../cuda/check.cuh"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
 

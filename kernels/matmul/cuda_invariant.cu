@@ -11,7 +11,7 @@
 // only fmas are the written-out fmaf calls.
 #include "../cuda/check.cuh"
 #include "cuda_tile.hpp"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
 namespace {

@@ -23,7 +23,7 @@
 #include <atomic>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {
@@ -45,40 +45,36 @@ void gemv_portable(const float* x, const float* w, float* y, int n0, int n1, int
   }
 }
 
-#if REPRO_X86
-REPRO_AVX2 void gemv_avx2(const float* x, const float* w, float* y, int n0, int n1, int K) {
+REPRO_LANES void gemv_lanes(const float* x, const float* w, float* y, int n0, int n1, int K) {
   for (int n = n0; n < n1; ++n) {
     const float* wr = w + (long)n * K;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    simd::f32x8 a0 = simd::zero(), a1 = a0, a2 = a0, a3 = a0;
     int k = 0;
     for (; k + 32 <= K; k += 32) {
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(wr + k), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_loadu_ps(wr + k + 8), a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), _mm256_loadu_ps(wr + k + 16), a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), _mm256_loadu_ps(wr + k + 24), a3);
+      a0 = simd::fma(simd::load(x + k), simd::load(wr + k), a0);
+      a1 = simd::fma(simd::load(x + k + 8), simd::load(wr + k + 8), a1);
+      a2 = simd::fma(simd::load(x + k + 16), simd::load(wr + k + 16), a2);
+      a3 = simd::fma(simd::load(x + k + 24), simd::load(wr + k + 24), a3);
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    for (; k + 8 <= K; k += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(wr + k), s);
-    float r = detail::hsum8(s);
+    simd::f32x8 s = simd::add(simd::add(a0, a1), simd::add(a2, a3));
+    for (; k + 8 <= K; k += 8) s = simd::fma(simd::load(x + k), simd::load(wr + k), s);
+    float r = simd::hsum(s);
     for (; k < K; ++k) r = std::fma(x[k], wr[k], r);
     y[n] = r;
   }
 }
-#endif
 
-void gemv_range(const float* x, const float* w, float* y, int n0, int n1, int K, bool avx2) {
-#if REPRO_X86
-  if (avx2) return gemv_avx2(x, w, y, n0, n1, K);
-#endif
+void gemv_range(const float* x, const float* w, float* y, int n0, int n1, int K, bool lanes) {
+  if (lanes) return gemv_lanes(x, w, y, n0, n1, K);
   gemv_portable(x, w, y, n0, n1, K);
 }
 
 void gemv(const float* x, const float* w, float* y, int N, int K, ThreadPool& pool) {
-  const bool avx2 = use_avx2();
-  if (pool.size() == 1 || 2.0 * N * (double)K < 2e5) return gemv_range(x, w, y, 0, N, K, avx2);
+  const bool lanes = use_lanes();
+  if (pool.size() == 1 || 2.0 * N * (double)K < 2e5) return gemv_range(x, w, y, 0, N, K, lanes);
   constexpr int kUnit = 16;  // output columns per unit of work
   const int units = (N + kUnit - 1) / kUnit;
-  pool.parallel_for(units, [&](int b, int e) { gemv_range(x, w, y, b * kUnit, std::min(N, e * kUnit), K, avx2); });
+  pool.parallel_for(units, [&](int b, int e) { gemv_range(x, w, y, b * kUnit, std::min(N, e * kUnit), K, lanes); });
 }
 
 }  // namespace

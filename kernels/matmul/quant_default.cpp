@@ -13,7 +13,7 @@
 #include <atomic>
 #include <vector>
 
-#include "repro/kernels/matmul_quant.hpp"
+#include "../matmul_quant.hpp"
 #include "quant_dot.hpp"
 
 namespace repro::kernels {

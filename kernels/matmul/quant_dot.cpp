@@ -1,5 +1,5 @@
 // matmul with Q8_0 and Q4_K weights on 8-bit activations (definitions in
-// repro/kernels/matmul_quant.hpp, plain loops in quant_reference.cpp): the AVX2 kernels.
+// kernels/matmul_quant.hpp, plain loops in quant_reference.cpp): the AVX2 kernels.
 //
 // Why they give the reference's bits: the activations are quantized by the same code
 // (quantize_act_block, compiled here for AVX2: IEEE division, round half to even, compares); the
@@ -72,7 +72,7 @@ REPRO_QDOT void q8_0_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xd[r][b]), _mm256_cvtepi32_ps(p), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = hsum8(acc[r]);
+  for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = simd::hsum(acc[r]);
 }
 
 // R (<= 4) activation rows against one Q4_K weight row. The mins term of the R rows shares one
@@ -134,7 +134,7 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
   }
   alignas(16) float am[4];
   _mm_store_ps(am, accm);
-  for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = hsum8(acc[r]) - am[r];
+  for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = simd::hsum(acc[r]) - am[r];
 }
 
 REPRO_QDOT void range_avx2(const QuantWeight& w, const QuantActs& a, float* y, int M, int N, int n0, int n1) {
@@ -198,7 +198,7 @@ void int_dot_range(const QuantWeight& w, const QuantActs& a, float* y, int M, in
 void matmul_q_int(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
   if (M <= 0 || N <= 0) return;
 #if REPRO_X86
-  const bool avx2 = use_avx2() && quant::cpu_has_f16c();
+  const bool avx2 = use_lanes() && quant::cpu_has_f16c();
 #else
   const bool avx2 = false;
 #endif

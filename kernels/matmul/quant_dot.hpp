@@ -1,12 +1,12 @@
 // Private to the matmul kernels: the integer dot-product path for Q8_0 and Q4_K weights (the
-// definitions are in repro/kernels/matmul_quant.hpp). The plain loops live in quant_reference.cpp;
+// definitions are in kernels/matmul_quant.hpp). The plain loops live in quant_reference.cpp;
 // quant_dot.cpp has the AVX2 kernels and calls the plain loops where AVX2 is absent or forced off.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "repro/kernels/matmul_quant.hpp"
+#include "../matmul_quant.hpp"
 
 namespace repro::kernels::detail {
 

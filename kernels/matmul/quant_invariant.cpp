@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "repro/kernels/kernels.hpp"
-#include "repro/kernels/matmul_quant.hpp"
+#include "../kernels.hpp"
+#include "../matmul_quant.hpp"
 #include "quant_dot.hpp"
 #include "tiles.hpp"
 
@@ -29,23 +29,23 @@ std::vector<float>& panel_scratch(size_t n) {
   return scratch;
 }
 
-#if REPRO_X86
-REPRO_AVX2 void panel_tiles(const detail::MatmulArgs& a, int pw) {
+REPRO_LANES void panel_tiles(const detail::MatmulArgs& a, int pw) {
   if (a.M == 1) return detail::tiles<1, 8>(a, 0, 1, 0, pw);
   const int mb = detail::m_block_rows(a.K);
   for (int m0 = 0; m0 < a.M; m0 += mb) detail::tiles<4, 3>(a, m0, std::min(a.M, m0 + mb), 0, pw);
 }
 
+#if REPRO_X86
 REPRO_AVX512 void panel_tiles512(const detail::MatmulArgs& a, int pw) {
   if (a.M == 1) return panel_tiles(a, pw);
   detail::tiles512_blocks(a, 0, pw);
 }
 #endif
 
-void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int K, int n0, int n1, bool avx2) {
+void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int K, int n0, int n1, bool lanes) {
   std::vector<float>& scratch = panel_scratch(static_cast<size_t>(kPanel) * K);
 #if REPRO_X86
-  const bool avx512 = avx2 && use_avx512();
+  const bool avx512 = lanes && use_avx512();
 #endif
   for (int p0 = n0; p0 < n1; p0 += kPanel) {
     const int pw = std::min(kPanel, n1 - p0);
@@ -56,11 +56,15 @@ void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int
     // stride N.
     const detail::MatmulArgs a{x, scratch.data(), y + p0, M, N, K};
 #if REPRO_X86
-    if (avx2) {
-      avx512 ? panel_tiles512(a, pw) : panel_tiles(a, pw);
+    if (avx512) {
+      panel_tiles512(a, pw);
       continue;
     }
 #endif
+    if (lanes) {
+      panel_tiles(a, pw);
+      continue;
+    }
     detail::portable_range(a, 0, pw);
   }
 }
@@ -69,12 +73,12 @@ void run_range(const float* x, const QuantWeight& w, float* y, int M, int N, int
 
 void detail::matmul_q_panels(const float* x, const QuantWeight& w, float* y, int M, int N, int K, ThreadPool& pool) {
   if (M <= 0 || N <= 0) return;
-  const bool avx2 = use_avx2();
+  const bool lanes = use_lanes();
   const double flops = 2.0 * M * N * (double)K;
-  if (pool.size() == 1 || flops < 2e5) return run_range(x, w, y, M, N, K, 0, N, avx2);
+  if (pool.size() == 1 || flops < 2e5) return run_range(x, w, y, M, N, K, 0, N, lanes);
   const int units = (N + kPanel - 1) / kPanel;
   pool.parallel_for(units, [&](int b, int e) {
-    run_range(x, w, y, M, N, K, b * kPanel, std::min(N, e * kPanel), avx2);
+    run_range(x, w, y, M, N, K, b * kPanel, std::min(N, e * kPanel), lanes);
   });
 }
 

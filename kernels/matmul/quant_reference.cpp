@@ -1,6 +1,6 @@
 // matmul with quantized weights, reference: plain loops that DEFINE the batch-invariant order.
 //
-// Q8_0 and Q4_K weights (the integer dot-product path, definitions in repro/kernels/matmul_quant.hpp):
+// Q8_0 and Q4_K weights (the integer dot-product path, definitions in kernels/matmul_quant.hpp):
 // each activation row is quantized on its own (quantize_act_block below), the products within a
 // block are summed in int32 (exact), and the float combination runs in 8 lanes over the blocks in
 // increasing order, then tree8. Other formats: y[m][n] = detail::dot_lanes(x[m], dequantize(w[n]), K).

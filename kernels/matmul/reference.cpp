@@ -7,7 +7,7 @@
 // ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) (detail::dot_lanes). Nothing depends on M, on the other
 // rows, on the row's position or on threads. matmul_invariant reproduces these bits exactly.
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 

@@ -28,37 +28,36 @@ inline void portable_range(const MatmulArgs& a, int n0, int n1) {
       a.y[(long)m * a.N + n] = detail::dot_lanes(a.x + (long)m * a.K, a.w + (long)n * a.K, a.K);
 }
 
-#if REPRO_X86
 // One MR x NR register tile: rows x[0..MR) against w rows w[0..NR), every accumulator follows the
 // lane order of detail::dot_lanes; the K tail uses masked loads (zeros), as the zero padding.
 template <int MR, int NR>
-REPRO_AVX2 inline void tile(const float* x, const float* w, float* y, int ldy, int K) {
-  __m256 acc[MR][NR];
+REPRO_LANES inline void tile(const float* x, const float* w, float* y, int ldy, int K) {
+  simd::f32x8 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NR; ++j) acc[i][j] = simd::zero();
   const int K8 = K & ~7;
   for (int k = 0; k < K8; k += 8) {
-    __m256 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + (long)j * K + k);
+    simd::f32x8 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = simd::load(w + (long)j * K + k);
     for (int i = 0; i < MR; ++i) {
-      __m256 xv = _mm256_loadu_ps(x + (long)i * K + k);
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      simd::f32x8 xv = simd::load(x + (long)i * K + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = simd::fma(xv, wv[j], acc[i][j]);
     }
   }
   if (K8 < K) {
-    __m256i mask = detail::tail_mask(K - K8);
-    __m256 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = _mm256_maskload_ps(w + (long)j * K + K8, mask);
+    simd::mask8 mask = simd::tail(K - K8);
+    simd::f32x8 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = simd::load(w + (long)j * K + K8, mask);
     for (int i = 0; i < MR; ++i) {
-      __m256 xv = _mm256_maskload_ps(x + (long)i * K + K8, mask);
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      simd::f32x8 xv = simd::load(x + (long)i * K + K8, mask);
+      for (int j = 0; j < NR; ++j) acc[i][j] = simd::fma(xv, wv[j], acc[i][j]);
     }
   }
   if constexpr (MR == 4 && NR < 4) {
     // Four rows of one column reduced together (same tree per element, fewer shuffles).
     for (int j = 0; j < NR; ++j) {
-      alignas(16) float r[4];
-      _mm_store_ps(r, detail::hsum8x4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+      float r[4];
+      simd::hsum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], r);
       for (int i = 0; i < 4; ++i) y[(long)i * ldy + j] = r[i];
     }
     return;
@@ -66,24 +65,24 @@ REPRO_AVX2 inline void tile(const float* x, const float* w, float* y, int ldy, i
   for (int i = 0; i < MR; ++i) {
     float* yr = y + (long)i * ldy;
     if constexpr (NR == 8) {
-      _mm256_storeu_ps(yr, detail::hsum8x8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
+      simd::store(yr, simd::hsum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
                                            acc[i][5], acc[i][6], acc[i][7]));
     } else if constexpr (NR == 16) {
-      _mm256_storeu_ps(yr, detail::hsum8x8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
+      simd::store(yr, simd::hsum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i][4],
                                            acc[i][5], acc[i][6], acc[i][7]));
-      _mm256_storeu_ps(yr + 8, detail::hsum8x8(acc[i][8], acc[i][9], acc[i][10], acc[i][11], acc[i][12],
+      simd::store(yr + 8, simd::hsum8(acc[i][8], acc[i][9], acc[i][10], acc[i][11], acc[i][12],
                                                acc[i][13], acc[i][14], acc[i][15]));
     } else if constexpr (NR == 4) {
-      _mm_storeu_ps(yr, detail::hsum8x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+      simd::hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], yr);
     } else {
-      for (int j = 0; j < NR; ++j) yr[j] = detail::hsum8(acc[i][j]);
+      for (int j = 0; j < NR; ++j) yr[j] = simd::hsum(acc[i][j]);
     }
   }
 }
 
 // All rows [m0, m1) against columns [n0, n1) with tiles of at most MR x NR.
 template <int MR, int NR>
-REPRO_AVX2 inline void tiles(const MatmulArgs& a, int m0, int m1, int n0, int n1) {
+REPRO_LANES inline void tiles(const MatmulArgs& a, int m0, int m1, int n0, int n1) {
   const int K = a.K;
   int n = n0;
   for (; n + NR <= n1; n += NR) {
@@ -100,6 +99,7 @@ REPRO_AVX2 inline void tiles(const MatmulArgs& a, int m0, int m1, int n0, int n1
   }
 }
 
+#if REPRO_X86
 // The AVX-512 tiles: MR rows of x against 8 rows (columns of y) of w. Each 512-bit accumulator
 // holds two outputs, columns 2p (low 8 lanes) and 2p + 1 (high 8 lanes), each in the 8-lane order
 // of detail::dot_lanes: the x row's 8 values are broadcast to both halves, and every lane sees
@@ -133,7 +133,7 @@ REPRO_AVX2 inline void pack_panel8(const float* w, int K, float* out) {
     const float* src = w + (long)c * K;
     float* dst = out + c * 8;
     for (int k = 0; k < K8; k += 8) _mm256_storeu_ps(dst + (long)k * 8, _mm256_loadu_ps(src + k));
-    if (K8 < K) _mm256_storeu_ps(dst + (long)K8 * 8, _mm256_maskload_ps(src + K8, detail::tail_mask(K - K8)));
+    if (K8 < K) _mm256_storeu_ps(dst + (long)K8 * 8, _mm256_maskload_ps(src + K8, simd::tail(K - K8)));
   }
 }
 
@@ -167,7 +167,7 @@ REPRO_AVX512 inline void tile512(const float* x, const float* w, float* y, int l
     }
   }
   if (K8 < K) {
-    const __m256i mask = detail::tail_mask(K - K8);
+    const __m256i mask = simd::tail(K - K8);
     __m512 wv[4];
     load_w(K8, wv, &mask);
     for (int i = 0; i < MR; ++i) {
@@ -178,7 +178,7 @@ REPRO_AVX512 inline void tile512(const float* x, const float* w, float* y, int l
   for (int i = 0; i < MR; ++i) {
     __m256 h[8];
     for (int p = 0; p < 4; ++p) halves(acc[i][p], h[2 * p], h[2 * p + 1]);
-    _mm256_storeu_ps(y + (long)i * ldy, detail::hsum8x8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]));
+    _mm256_storeu_ps(y + (long)i * ldy, simd::hsum8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]));
   }
 }
 

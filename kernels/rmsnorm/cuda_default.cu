@@ -4,8 +4,8 @@
 // Its order is fixed by D and the block size, not by M, but it is NOT the CPU reference order
 // (strided partials, a 256-way tree): the default table makes no cross-device promise.
 #include "../cuda/check.cuh"
-#include "repro/kernels/cuda.hpp"
-#include "repro/kernels/elementwise_math.hpp"
+#include "../cuda.hpp"
+#include "../elementwise_math.hpp"
 
 namespace repro::kernels::cuda {
 namespace {

@@ -9,7 +9,7 @@
 // choose which rows run side by side. Per-thread steps: cuda_rows.hpp.
 #include "../cuda/check.cuh"
 #include "cuda_rows.hpp"
-#include "repro/kernels/cuda.hpp"
+#include "../cuda.hpp"
 
 namespace repro::kernels::cuda {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {
@@ -38,46 +38,42 @@ void portable_rows(const NormArgs& a, int m0, int m1) {
   }
 }
 
-#if REPRO_X86
-REPRO_AVX2 void avx2_rows(const NormArgs& a, int m0, int m1) {
+REPRO_LANES void lanes_rows(const NormArgs& a, int m0, int m1) {
   const int D = a.D, D8 = D & ~7;
-  const __m256i mask = detail::tail_mask(D - D8);
+  const simd::mask8 mask = simd::tail(D - D8);
   for (int m = m0; m < m1; ++m) {
     const float* xr = a.x + (long)m * D;
     float* yr = a.y + (long)m * D;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    simd::f32x8 a0 = simd::zero(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     for (; i + 32 <= D8; i += 32) {
-      __m256 v0 = _mm256_loadu_ps(xr + i), v1 = _mm256_loadu_ps(xr + i + 8);
-      __m256 v2 = _mm256_loadu_ps(xr + i + 16), v3 = _mm256_loadu_ps(xr + i + 24);
-      a0 = _mm256_fmadd_ps(v0, v0, a0);
-      a1 = _mm256_fmadd_ps(v1, v1, a1);
-      a2 = _mm256_fmadd_ps(v2, v2, a2);
-      a3 = _mm256_fmadd_ps(v3, v3, a3);
+      simd::f32x8 v0 = simd::load(xr + i), v1 = simd::load(xr + i + 8);
+      simd::f32x8 v2 = simd::load(xr + i + 16), v3 = simd::load(xr + i + 24);
+      a0 = simd::fma(v0, v0, a0);
+      a1 = simd::fma(v1, v1, a1);
+      a2 = simd::fma(v2, v2, a2);
+      a3 = simd::fma(v3, v3, a3);
     }
     for (; i < D8; i += 8) {
-      __m256 v = _mm256_loadu_ps(xr + i);
-      a0 = _mm256_fmadd_ps(v, v, a0);
+      simd::f32x8 v = simd::load(xr + i);
+      a0 = simd::fma(v, v, a0);
     }
     if (D8 < D) {
-      __m256 v = _mm256_maskload_ps(xr + D8, mask);
-      a1 = _mm256_fmadd_ps(v, v, a1);
+      simd::f32x8 v = simd::load(xr + D8, mask);
+      a1 = simd::fma(v, v, a1);
     }
-    const float ss = detail::hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    const float ss = simd::hsum(simd::add(simd::add(a0, a1), simd::add(a2, a3)));
     const float scale = 1.0f / std::sqrt(ss / (float)D + a.eps);
-    const __m256 s = _mm256_set1_ps(scale);
+    const simd::f32x8 s = simd::set1(scale);
     for (int k = 0; k < D8; k += 8)
-      _mm256_storeu_ps(yr + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + k), s),
-                                             _mm256_loadu_ps(a.g + k)));
+      simd::store(yr + k, simd::mul(simd::mul(simd::load(xr + k), s),
+                                             simd::load(a.g + k)));
     for (int k = D8; k < D; ++k) yr[k] = (xr[k] * scale) * a.g[k];
   }
 }
-#endif
 
-void run_rows(const NormArgs& a, int m0, int m1, bool avx2) {
-#if REPRO_X86
-  if (avx2) return avx2_rows(a, m0, m1);
-#endif
+void run_rows(const NormArgs& a, int m0, int m1, bool lanes) {
+  if (lanes) return lanes_rows(a, m0, m1);
   portable_rows(a, m0, m1);
 }
 
@@ -86,14 +82,9 @@ void run_rows(const NormArgs& a, int m0, int m1, bool avx2) {
 void rmsnorm_default(const float* x, const float* g, float* y, int M, int D, float eps, ThreadPool& pool) {
   if (M <= 0) return;
   const NormArgs a{x, g, y, D, eps};
-  const bool avx2 = use_avx2();
-  if (pool.size() == 1 || (long)M * D < (1L << 16)) return run_rows(a, 0, M, avx2);
-  struct Ctx {
-    const NormArgs* a;
-    bool avx2;
-  } ctx{&a, avx2};
-  const Ctx* c = &ctx;
-  pool.parallel_for(M, [c](int b, int e) { run_rows(*c->a, b, e, c->avx2); });
+  const bool lanes = use_lanes();
+  // Whole rows per thread, and threads only for large batches (bits unchanged either way).
+  parallel_rows(pool, M, D, [&a, lanes](int b, int e) { run_rows(a, b, e, lanes); });
 }
 
 }  // namespace repro::kernels

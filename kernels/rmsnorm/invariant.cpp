@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 namespace {
@@ -26,37 +26,33 @@ void portable_rows(const NormArgs& a, int m0, int m1) {
   rmsnorm_reference(a.x + (long)m0 * a.D, a.g, a.y + (long)m0 * a.D, m1 - m0, a.D, a.eps);
 }
 
-#if REPRO_X86
-REPRO_AVX2 void avx2_rows(const NormArgs& a, int m0, int m1) {
+REPRO_LANES void lanes_rows(const NormArgs& a, int m0, int m1) {
   const int D = a.D, D8 = D & ~7;
-  const __m256i mask = detail::tail_mask(D - D8);
+  const simd::mask8 mask = simd::tail(D - D8);
   for (int m = m0; m < m1; ++m) {
     const float* xr = a.x + (long)m * D;
     float* yr = a.y + (long)m * D;
-    __m256 acc = _mm256_setzero_ps();
+    simd::f32x8 acc = simd::zero();
     for (int i = 0; i < D8; i += 8) {
-      __m256 v = _mm256_loadu_ps(xr + i);
-      acc = _mm256_fmadd_ps(v, v, acc);
+      simd::f32x8 v = simd::load(xr + i);
+      acc = simd::fma(v, v, acc);
     }
     if (D8 < D) {
-      __m256 v = _mm256_maskload_ps(xr + D8, mask);
-      acc = _mm256_fmadd_ps(v, v, acc);
+      simd::f32x8 v = simd::load(xr + D8, mask);
+      acc = simd::fma(v, v, acc);
     }
-    const float ss = detail::hsum8(acc);
+    const float ss = simd::hsum(acc);
     const float scale = math::rms_scale(ss, D, a.eps);
-    const __m256 s = _mm256_set1_ps(scale);
+    const simd::f32x8 s = simd::set1(scale);
     for (int i = 0; i < D8; i += 8)
-      _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), s),
-                                             _mm256_loadu_ps(a.g + i)));
+      simd::store(yr + i, simd::mul(simd::mul(simd::load(xr + i), s),
+                                             simd::load(a.g + i)));
     for (int i = D8; i < D; ++i) yr[i] = (xr[i] * scale) * a.g[i];
   }
 }
-#endif
 
-void run_rows(const NormArgs& a, int m0, int m1, bool avx2) {
-#if REPRO_X86
-  if (avx2) return avx2_rows(a, m0, m1);
-#endif
+void run_rows(const NormArgs& a, int m0, int m1, bool lanes) {
+  if (lanes) return lanes_rows(a, m0, m1);
   portable_rows(a, m0, m1);
 }
 
@@ -65,15 +61,9 @@ void run_rows(const NormArgs& a, int m0, int m1, bool avx2) {
 void rmsnorm_invariant(const float* x, const float* g, float* y, int M, int D, float eps, ThreadPool& pool) {
   if (M <= 0) return;
   const NormArgs a{x, g, y, D, eps};
-  const bool avx2 = use_avx2();
-  // Threads only pay off for large batches; whole rows per thread either way (bits unchanged).
-  if (pool.size() == 1 || (long)M * D < (1L << 16)) return run_rows(a, 0, M, avx2);
-  struct Ctx {
-    const NormArgs* a;
-    bool avx2;
-  } ctx{&a, avx2};
-  const Ctx* c = &ctx;
-  pool.parallel_for(M, [c](int b, int e) { run_rows(*c->a, b, e, c->avx2); });
+  const bool lanes = use_lanes();
+  // Whole rows per thread, and threads only for large batches (bits unchanged either way).
+  parallel_rows(pool, M, D, [&a, lanes](int b, int e) { run_rows(a, b, e, lanes); });
 }
 
 }  // namespace repro::kernels

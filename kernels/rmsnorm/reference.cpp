@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "../common.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "../kernels.hpp"
 
 namespace repro::kernels {
 

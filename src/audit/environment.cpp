@@ -5,22 +5,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <thread>
 
-#include "repro/kernels/kernels.hpp"
-#ifdef REPRO_HAVE_CUDA
-#include "repro/kernels/cuda.hpp"
-#endif
 #include "repro/audit/runner.hpp"
 #include "repro/common/version.hpp"
 #include "repro/engine/device.hpp"
+#include "repro/kernels/backends.hpp"
 #include "repro/kernels/ops.hpp"
-
-extern "C" {
-char* openblas_get_config(void);
-char* openblas_get_corename(void);
-int openblas_get_num_threads(void);
-}
 
 namespace repro {
 
@@ -44,14 +34,6 @@ std::string first_line_with(const char* path, const std::string& prefix, char se
 std::string cpu_model() {
   std::string m = first_line_with("/proc/cpuinfo", "model name", ':');
   return m.empty() ? "unknown" : m;
-}
-
-// "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..." -> "0.3.21"
-std::string openblas_version(const std::string& config) {
-  auto sp = config.find(' ');
-  if (config.rfind("OpenBLAS ", 0) != 0 || sp == std::string::npos) return {};
-  auto end = config.find(' ', sp + 1);
-  return config.substr(sp + 1, end == std::string::npos ? std::string::npos : end - sp - 1);
 }
 
 // Environment variables that change numerics (thread counts, kernel choice, reduction order,
@@ -97,11 +79,8 @@ nlohmann::json build_record() {
 #if defined(__SANITIZE_ADDRESS__)
   b["sanitizers"] = "address";
 #endif
-#ifdef REPRO_HAVE_CUDA
-  b["cuda"] = true;
-#else
-  b["cuda"] = false;
-#endif
+  for (const auto& be : kernels::backends())  // the optional backends: whether this build has them
+    if (be.device != Device::Cpu) b[be.name] = be.built;
   b["cxx_standard"] = static_cast<long>(__cplusplus);
   return b;
 }
@@ -116,31 +95,10 @@ nlohmann::json environment_record(int threads) {
     env["os"] = {{"sysname", u.sysname}, {"release", u.release}, {"version", u.version}, {"machine", u.machine}};
   if (std::string distro = first_line_with("/etc/os-release", "PRETTY_NAME=", '='); !distro.empty())
     env["os"]["distribution"] = distro;
-  nlohmann::json features = nlohmann::json::array();
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("sse4.2")) features.push_back("sse4.2");
-  if (__builtin_cpu_supports("avx")) features.push_back("avx");
-  if (__builtin_cpu_supports("avx2")) features.push_back("avx2");
-  if (__builtin_cpu_supports("fma")) features.push_back("fma");
-  if (__builtin_cpu_supports("f16c")) features.push_back("f16c");
-  if (__builtin_cpu_supports("avx512f")) features.push_back("avx512f");
-  if (__builtin_cpu_supports("avx512bw")) features.push_back("avx512bw");
-  if (__builtin_cpu_supports("avx512vl")) features.push_back("avx512vl");
-  if (__builtin_cpu_supports("avx512vnni")) features.push_back("avx512vnni");
-  if (__builtin_cpu_supports("avx512bf16")) features.push_back("avx512bf16");
-  env["cpu"] = {{"model", cpu_model()},
-                {"logical_cores", std::thread::hardware_concurrency()},
-                {"features", features},
-                {"invariant_kernels", kernels::cpu_kernels_isa()}};
+  // Each backend's own part ("cpu" and "blas"; "gpu"), then what the host says of itself.
+  for (const auto& be : kernels::backends()) env.update(be.describe(threads));
+  env["cpu"]["model"] = cpu_model();
   env["threads"] = threads;
-  const std::string blas_config = openblas_get_config();
-  const int blas_threads = openblas_get_num_threads();
-  env["blas"] = {{"library", "OpenBLAS"},
-                 {"version", openblas_version(blas_config)},
-                 {"config", blas_config},
-                 {"core", openblas_get_corename()},
-                 {"threads", threads},  // the default-mode matmul sets OpenBLAS to the engine's threads
-                 {"default_threads", blas_threads}};
   nlohmann::json vars = nlohmann::json::object();
   for (const char* name : kNumericsVariables)
     if (const char* v = std::getenv(name)) vars[name] = v;
@@ -151,35 +109,12 @@ nlohmann::json environment_record(int threads) {
     tables.push_back(to_json(kernels::make_ops(t.device, t.mode, threads < 1 ? 1 : threads)->describe()));
   env["op_tables"] = tables;
   const std::string nvidia_driver = first_line_with("/proc/driver/nvidia/version", "NVRM version", ':');
-  bool cuda_device = false;
-#ifdef REPRO_HAVE_CUDA
-  const kernels::cuda::DeviceInfo d = kernels::cuda::device_info();
-  env["gpu"] = {{"cuda_build", true}, {"device_count", d.device_count}, {"runtime_version", d.runtime_version},
-                {"driver_version", d.driver_version}, {"cublas_version", d.cublas_version}};
-  if (d.device_count > 0) {
-    cuda_device = true;
-    env["gpu"]["device"] = {{"name", d.name}, {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
-                            {"multiprocessors", d.sm_count}};
-  } else {
-    env["gpu"]["device"] = "none (" + d.error + ")";
-  }
-#else
-  env["gpu"] = {{"cuda_build", false}, {"device", "none"}};
-#endif
   if (!nvidia_driver.empty()) env["gpu"]["nvidia_driver"] = nvidia_driver;
 
-  // ---- nondeterminism risks visible from here (each one line: what, and what pins it)
+  // ---- nondeterminism risks visible from here (each one line: what, and what pins it), by backend
   nlohmann::json risks = nlohmann::json::array();
-  if (blas_config.find("DYNAMIC_ARCH") != std::string::npos && !std::getenv("OPENBLAS_CORETYPE"))
-    risks.push_back("OpenBLAS chooses its kernels by CPU at run time (DYNAMIC_ARCH, core " + std::string(openblas_get_corename()) +
-                    "): default mode can give other bits on another CPU (OPENBLAS_CORETYPE pins the kernels)");
-  if (threads > 1)
-    risks.push_back("the engine and OpenBLAS run " + std::to_string(threads) +
-                    " threads: default-mode matmul bits change with the thread count; batch-invariant mode does not");
-  if (cuda_device && !std::getenv("CUBLAS_WORKSPACE_CONFIG"))
-    risks.push_back("CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick nondeterministic algorithms (':4096:8' pins them)");
-  if (const char* tf32 = std::getenv("NVIDIA_TF32_OVERRIDE"); tf32 && std::string(tf32) != "0")
-    risks.push_back("NVIDIA_TF32_OVERRIDE is set: FP32 matmuls may run in TF32");
+  for (const auto& be : kernels::backends())
+    for (std::string& r : be.risks(threads)) risks.push_back(std::move(r));
   env["nondeterminism_risks"] = risks;
   return env;
 }

@@ -11,7 +11,7 @@
 #include "repro/common/error.hpp"
 #include "repro/engine/device.hpp"
 #include "repro/engine/engine.hpp"
-#include "repro/kernels/kernels.hpp"
+#include "repro/kernels/backends.hpp"
 #include "repro/model/synth.hpp"
 
 namespace repro::bench {

@@ -110,6 +110,8 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
   const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta, c_.rope_neox, c_.rope_freq_scale,
                                m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data()};
 
+  ops.begin_step(kv_rows_.data(), R);  // what stays constant over the layers (positions, KV rows)
+
   // ---- token embedding: x[r] = token_embd[token]  (token_embd: [vocab][dim]) ----
   ops.embed(token_embd_, tokens_.data(), R, x_);
 

@@ -144,6 +144,14 @@ class Ops {
   void kv_copy(int dst, int src, int positions);
   int kv_slots() const { return static_cast<int>(slots_.size()); }
 
+  // ---- the step ----
+  // Called by the forward pass once per step, before its first op, with the step's rows (slot and
+  // position of each; the same rows kv_store and attention then receive, and the positions rope
+  // receives). A table may upload here what stays constant over the step's layers; the ops still
+  // take their rows and positions as arguments, and work without a begin_step (as the harness
+  // calls them). The CPU tables keep nothing.
+  virtual void begin_step(const KvRow* rows, int R) {}
+
   // ---- the three kernels whose reduction order decides batch variance ----
   // y[M][w.rows] = x[M][w.cols] * w^T, dispatched on w.dtype.
   virtual void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) = 0;
@@ -190,6 +198,9 @@ class Ops {
   float* kv_k(int s, int layer) const { return kv_at(slots_[s].k, s, layer); }
   float* kv_v(int s, int layer) const { return kv_at(slots_[s].v, s, layer); }
   int kv_dim() const { return kv_dim_; }
+  int kv_layers() const { return n_layers_; }
+  // Changes whenever a slot's memory is (re)allocated: addresses taken before are then stale.
+  long kv_generation() const { return kv_generation_; }
 
  private:
   float* kv_at(const Buffer& b, int s, int layer) const {
@@ -199,6 +210,7 @@ class Ops {
   friend std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads);
   uint32_t weight_types_ = 0;  // bit t: reads DType t (set by make_ops from the registry)
   int n_layers_ = 0, kv_dim_ = 0;
+  long kv_generation_ = 0;
   std::vector<KvSlot> slots_;
 };
 

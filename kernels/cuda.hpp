@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "repro/kernels/kernels.hpp"
+#include "kernels.hpp"
 
 namespace repro::kernels::cuda {
 
@@ -42,9 +42,28 @@ void synchronize();
 void matmul_invariant(const float* d_x, const float* d_w, float* d_y, int M, int N, int K);
 // RMSNorm of M rows of length D (kernels/rmsnorm/cuda_invariant.cu).
 void rmsnorm_invariant(const float* d_x, const float* d_g, float* d_y, int M, int D, float eps);
+// Device scratch of the attention launchers, owned by the caller (an op table keeps one per table):
+// the device copy of the rows array and the split-KV partial results, grown on demand, freed with
+// the scratch (kernels/attention/cuda_invariant.cu).
+class AttentionScratch {
+ public:
+  AttentionScratch() = default;
+  AttentionScratch(const AttentionScratch&) = delete;
+  AttentionScratch& operator=(const AttentionScratch&) = delete;
+  ~AttentionScratch();
+  // At least `bytes` of device memory (the rows array; the partial results).
+  void* rows(size_t bytes) { return grow(0, bytes); }
+  void* part(size_t bytes) { return grow(1, bytes); }
+
+ private:
+  void* grow(int which, size_t bytes);
+  void* buf_[2] = {nullptr, nullptr};
+  size_t cap_[2] = {0, 0};
+};
+
 // Causal attention; the rows' pointers (q, k, v, out) are device pointers, the array itself is on
-// the host (kernels/attention/cuda_invariant.cu).
-void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionShape& s);
+// the host and is copied into `scratch` (kernels/attention/cuda_invariant.cu).
+void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionShape& s, AttentionScratch& scratch);
 
 // ---- default kernels: the fastest path per shape, as production engines run ----
 // cuBLAS sgemm with its default heuristics (tiles and split-K chosen by shape).
@@ -53,7 +72,7 @@ void matmul_default(const float* d_x, const float* d_w, float* d_y, int M, int N
 void rmsnorm_default(const float* d_x, const float* d_g, float* d_y, int M, int D, float eps);
 // Split-KV attention with the split count chosen from the shape (rows x heads against the number
 // of multiprocessors), combined in a second pass: the order changes with the batch.
-void attention_default(const AttentionRow* rows, int n_rows, const AttentionShape& s);
+void attention_default(const AttentionRow* rows, int n_rows, const AttentionShape& s, AttentionScratch& scratch);
 
 // ---- element-wise ops (the same bits in both modes; kernels/elementwise/cuda_elementwise.cu) ----
 // gate[i] = silu(gate[i]) * up[i] (math::silu_mul).

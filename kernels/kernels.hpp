@@ -7,8 +7,8 @@
 //   *_invariant  the batch-invariant fast path (SIMD, blocking, threads over outputs); bitwise
 //                equal to *_reference for every row, whatever the batch size, batch mates,
 //                position in batch or thread count.
-// The engine does not call these directly: the CPU op tables (kernels/ops_cpu.cpp) do, behind the
-// op table of repro/kernels/ops.hpp.
+// Private to kernels/ (and the kernel tests): the engine does not call these, the CPU op tables
+// (kernels/ops_cpu.cpp) do, behind the op table of repro/kernels/ops.hpp.
 #pragma once
 #include "repro/common/threadpool.hpp"
 
@@ -48,13 +48,6 @@ void attention_reference(const AttentionRow* rows, int n_rows, const AttentionSh
 void attention_default(const AttentionRow* rows, int n_rows, const AttentionShape& s, ThreadPool& pool);
 void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionShape& s, ThreadPool& pool);
 
-// Whether the running CPU has AVX2+FMA (the fast invariant paths use it; otherwise a portable path
-// with the same reduction order, hence the same bits).
-bool cpu_has_avx2_fma();
-// Whether it has AVX-512 F, DQ and VL (the f32 matmul tiles use them, with the AVX2 tiles' bits).
-bool cpu_has_avx512();
-// What the fast CPU kernels run on this machine now: "avx512+avx2+fma", "avx2+fma", "portable
-// (forced)" (REPRO_KERNELS_PORTABLE) or "portable".
-const char* cpu_kernels_isa();
+// cpu_has_avx2_fma(), cpu_has_avx512(), cpu_kernels_isa(): repro/kernels/backends.hpp (through common.hpp).
 
 }  // namespace repro::kernels
