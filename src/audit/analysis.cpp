@@ -16,7 +16,8 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "repro/audit/drift.hpp"
+#include "repro/audit/drift_size.hpp"
+#include "repro/audit/factors.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/engine/json_schema.hpp"
 #include "repro/audit/tradeoff.hpp"
@@ -304,30 +305,13 @@ struct UnionFind {
   }
 };
 
-bool numeric_factor(const std::string& f) {
-  return f == "batch_size" || f == "concurrency" || f == "position" || f == "seed" || f == "mate_join_step" ||
-         f == "mate_prompt_delta";
-}
-
-// Sorts factor values: numerically for numeric factors, otherwise as strings.
-void sort_values(const std::string& factor, std::vector<std::string>& v) {
-  if (numeric_factor(factor)) {
-    std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
-      if (a.size() != b.size()) return a.size() < b.size();
-      return a < b;
-    });
-  } else {
-    std::sort(v.begin(), v.end());
-  }
-}
-
 FactorTable make_table(const std::string& factor, const std::vector<std::string>& value_of_member,
                        const std::vector<int>& cluster_of_member, int nclusters) {
   FactorTable t;
   t.factor = factor;
   std::set<std::string> uniq(value_of_member.begin(), value_of_member.end());
   t.values.assign(uniq.begin(), uniq.end());
-  sort_values(factor, t.values);
+  sort_factor_values(factor, t.values, FactorUse::Clusters);
   std::map<std::string, int> idx;
   for (size_t i = 0; i < t.values.size(); ++i) idx[t.values[i]] = static_cast<int>(i);
   t.counts.assign(t.values.size(), std::vector<int>(nclusters, 0));
@@ -479,37 +463,20 @@ void analyze_case(CaseResult& cr, const std::vector<Completion>& all, const std:
   // ---- factor tables: cluster membership per factor value (only factors that vary)
   bool remote = false;
   for (int ci : members) remote = remote || is_remote(all[ci]);
-  struct F {
-    const char* name;
-    std::string (*get)(const Completion&);
-  };
-  static const F local_factors[] = {
-      {"batch_size", [](const Completion& c) { return std::to_string(c.batch_size); }},
-      {"position", [](const Completion& c) { return std::to_string(c.position); }},
-      {"filler_set", [](const Completion& c) { return c.filler_set; }},
-      {"mate_join_step", [](const Completion& c) { return std::to_string(c.mate_join_step); }},
-      {"mate_prompt_delta", [](const Completion& c) { return std::to_string(c.mate_prompt_delta); }},
-      {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
-  };
-  static const F remote_factors[] = {
-      {"concurrency", [](const Completion& c) { return std::to_string(c.batch_size); }},
-      {"cache_state", [](const Completion& c) { return c.cache_state; }},
-      {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
-      {"system_fingerprint", [](const Completion& c) { return c.system_fingerprint; }},
-  };
-  auto add_factors = [&](const F* fs, size_t nf) {
-    for (size_t f = 0; f < nf; ++f) {
+  auto add_factors = [&](const auto& ids) {
+    for (FactorId id : ids) {
+      const Factor& f = factor(id);
       std::vector<std::string> vals(members.size());
-      for (size_t m = 0; m < members.size(); ++m) vals[m] = fs[f].get(all[members[m]]);
+      for (size_t m = 0; m < members.size(); ++m) vals[m] = f.value(all[members[m]]);
       bool varies = false;
       for (const auto& v : vals) varies = varies || v != vals[0];
-      if (varies) cr.factors.push_back(make_table(fs[f].name, vals, cluster_of, static_cast<int>(cl.size())));
+      if (varies) cr.factors.push_back(make_table(f.name, vals, cluster_of, static_cast<int>(cl.size())));
     }
   };
   if (remote)
-    add_factors(remote_factors, std::size(remote_factors));
+    add_factors(kCaseFactorsRemote);
   else
-    add_factors(local_factors, std::size(local_factors));
+    add_factors(kCaseFactorsLocal);
 
   cr.clusters = std::move(cl);
 }
@@ -672,7 +639,7 @@ void analyze(AuditReport& r) {
   }
   for (size_t k = 0; k < r.cases.size(); ++k) {
     analyze_case(r.cases[k], all, members[k], hashes, extractor);
-    analyze_drift(r.cases[k], all, members[k], r.fragile_margin);  // size of the drift: drift.cpp
+    analyze_drift_size(r.cases[k], all, members[k], r.fragile_margin);  // src/audit/drift_size.cpp
     r.cases[k].structured.reset();
     if (schema) analyze_structured(r.cases[k], all, members[k]);
     analyze_fields(r.cases[k], all, members[k], extractor);
@@ -761,8 +728,8 @@ void analyze(AuditReport& r) {
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
   compute_verdicts(r, mode_order);
-  // Drift size against the reference context, per mode and precision (src/audit/drift.cpp).
-  for (auto& ms : r.summary.modes) summarize_drift(ms, r.cases);
+  // Drift size against the reference context, per mode and precision (src/audit/drift_size.cpp).
+  for (auto& ms : r.summary.modes) summarize_drift_size(ms, r.cases);
   if (schema)
     for (auto& ms : r.summary.modes) summarize_structured(ms, r.cases, all);
   // The trade-off table: each approach's speed relative to default and its reproducibility (tradeoff.cpp).

@@ -73,7 +73,7 @@ std::string baseline_text(const BaselineResult& b);  // the terminal / text form
 // One line saying why the verdict is what it is (empty for "reproducible").
 std::string verdict_cause(const AuditReport& report);
 
-// ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_text.cpp)
+// ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_size_text.cpp)
 struct TextTable {
   std::vector<std::string> head;
   std::vector<std::vector<std::string>> rows;
