@@ -39,7 +39,7 @@ struct CaseKey {
 
 }  // namespace
 
-void analyze(AuditReport& r) {
+void analyze(AuditReport& r, const GoldenReport* golden) {
   AnswerExtractor extractor(r.answer_regex, r.answer_json_path);
   // Structured output: whether each answer conforms to the plan's schema, checked here from its text
   // (the same check the runner's --retry-invalid used), so a report read back is analysed the same.
@@ -176,6 +176,10 @@ void analyze(AuditReport& r) {
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
   compute_verdicts(r, mode_order);
+  if (golden) {  // run against run: the drift from the golden report is part of the verdict
+    r.baseline = baseline_result(compute_drift(golden->report, r), golden->file, golden->digest, golden->digest_ok);
+    compute_verdicts(r, mode_order);
+  }
   // Drift size against the reference context, per mode and precision (src/audit/drift_size.cpp).
   for (auto& ms : r.summary.modes) summarize_drift_size(ms, r.cases);
   if (schema)

@@ -14,15 +14,18 @@
 
 #include "repro/audit/answers.hpp"  // the answer extractor
 #include "repro/audit/cases.hpp"    // clusters, families, the building blocks
+#include "repro/audit/compare.hpp"  // GoldenReport
 #include "repro/audit/result.hpp"
 #include "repro/audit/verdict.hpp"  // exit_code_for, the gate
 
 namespace repro {
 
 // Fills cases, cross_mode, throughput (ratios; rows computed from completions when the runner gave
-// none) and summary. Idempotent: running it twice gives the same report.
+// none) and summary. With a golden report (`run --baseline`), also report.baseline: the drift from it
+// (compute_drift, include/repro/audit/compare.hpp), which is part of the verdict. Idempotent: running
+// it twice gives the same report.
 // Throws UsageError when --answer-regex or --answer-json-path is malformed.
-void analyze(AuditReport& report);
+void analyze(AuditReport& report, const GoldenReport* golden = nullptr);
 
 // The `repro-audit generate` command that replays completion `c` of a local run alone: the model
 // file, mode, precision, device, threads, prompt, decoding (temperature, top-p, top-k, seed), max
