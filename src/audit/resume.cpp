@@ -19,7 +19,8 @@ std::string short_hex(const std::string& h) {
   return h.size() > 12 ? h.substr(0, 12) + ".." : h;
 }
 
-// The prompts a --prompt/--prompts pair gives (without the profile), as build_plan reads them.
+// The prompts a --prompt/--prompts pair gives (without the profile), as build_plan
+// (src/audit/plan_request.cpp) reads them.
 std::vector<Prompt> prompts_from_flags(const PlanRequest& q) {
   std::vector<Prompt> ps;
   if (q.given("--prompts")) ps = prompts_from_file(q.prompts_file);
