@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "repro/audit/analysis.hpp"
-#include "repro/audit/drift.hpp"
+#include "repro/audit/drift_size.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/audit/runner.hpp"
 #include "repro/audit/stats.hpp"

@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include "repro/audit/compare.hpp"
+
 namespace repro {
 
 const char* canary_level_name(CanaryLevel l) {
@@ -21,31 +23,16 @@ const char* canary_level_name(CanaryLevel l) {
 
 namespace {
 
-using CaseKey = std::tuple<std::string, std::string, std::string>;  // prompt, decoding, mode (precision)
 using ContextKey = std::tuple<std::string, std::string, std::string, int, int, std::string, uint64_t, int, std::string>;
 
-// A case's mode with its precision ("default (bf16)"); a baseline written before precisions were
-// recorded ran one precision, and is compared by mode alone.
-struct Keys {
-  bool with_precision = true;
-  std::string mode_of(const std::string& mode, const std::string& precision) const {
-    return with_precision ? mode_label(mode, precision) : mode;
-  }
-  CaseKey case_key(const CaseResult& c) const { return {c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision)}; }
-  ContextKey context_key(const Completion& c) const {
-    return {c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision), c.batch_size, c.position, c.filler_set, c.seed,
-            c.repeat, c.cache_state};
-  }
-  std::string case_name(const CaseResult& c) const {
-    return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, mode_of(c.mode, c.precision));
-  }
-};
-
-std::string shorten(const std::string& s) { return s.size() > 12 ? s.substr(0, 12) : s; }
-
-std::string json_text(const nlohmann::json& j, const char* a, const char* b) {
-  if (!j.is_object() || !j.contains(a) || !j[a].is_object() || !j[a].contains(b) || !j[a][b].is_string()) return "";
-  return j[a][b].get<std::string>();
+// A completion's context, its mode named as the case matching names it (a baseline written before
+// precisions were recorded ran one precision, and is compared by mode alone).
+ContextKey context_key(const CaseMatching& m, const Completion& c) {
+  return {c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision), c.batch_size, c.position, c.filler_set, c.seed,
+          c.repeat, c.cache_state};
+}
+std::string case_name(const CaseMatching& m, const CaseResult& c) {
+  return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision));
 }
 
 // The bits a completion's output carries beyond its tokens: final-logits hash and logprob bits.
@@ -94,15 +81,14 @@ std::string join(const std::set<std::string>& s) {
 CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun) {
   CanaryResult res;
   std::vector<std::string> red, yellow;
-  Keys keys;
-  keys.with_precision = false;
-  for (const auto& c : baseline.cases) keys.with_precision = keys.with_precision || !c.precision.empty();
+  const CaseMatching matched = match_cases(baseline, rerun);
 
   // ---- identity
-  const std::string ma = json_text(baseline.environment, "digests", "model_sha256");
-  const std::string mb = json_text(rerun.environment, "digests", "model_sha256");
+  const std::string ma = recorded_text(baseline.environment, "digests", "model_sha256");
+  const std::string mb = recorded_text(rerun.environment, "digests", "model_sha256");
   if (ma != mb)
-    red.push_back(fmt::format("model digest {} -> {}", ma.empty() ? "(none)" : shorten(ma), mb.empty() ? "(none)" : shorten(mb)));
+    red.push_back(fmt::format("model digest {} -> {}", ma.empty() ? "(none)" : short_hash(ma),
+                              mb.empty() ? "(none)" : short_hash(mb)));
   for (bool fp : {false, true}) {
     auto ia = identities(baseline, fp), ib = identities(rerun, fp);
     for (const auto& [mode, set_a] : ia) {
@@ -118,61 +104,62 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
     red.push_back(fmt::format("the rerun failed: {} request(s) with errors", rerun.summary.errors));
 
   // ---- cases: token and answer drift
-  std::map<CaseKey, const CaseResult*> in_rerun;
-  for (const auto& c : rerun.cases) in_rerun[keys.case_key(c)] = &c;
-  std::set<CaseKey> seen;
-  for (const auto& ca : baseline.cases) {
-    seen.insert(keys.case_key(ca));
-    auto it = in_rerun.find(keys.case_key(ca));
-    if (it == in_rerun.end()) {
-      red.push_back("case " + keys.case_name(ca) + " missing from the rerun");
+  for (const auto& [pa, pb] : matched.cases) {
+    if (!pa) {
+      red.push_back("case " + case_name(matched, *pb) + " is new in the rerun (the plan changed)");
       continue;
     }
-    const CaseResult& cb = *it->second;
+    const CaseResult& ca = *pa;
+    if (!pb) {
+      red.push_back("case " + case_name(matched, ca) + " missing from the rerun");
+      continue;
+    }
+    const CaseResult& cb = *pb;
     res.cases_compared++;
     if (token_outputs(ca) == token_outputs(cb)) continue;
     const bool extractor = ca.tara.has_value() && cb.tara.has_value();
     if (extractor && answers(ca) == answers(cb)) {
       res.answer_preserving++;
       yellow.push_back(fmt::format("case {}: token outputs changed ({} -> {} distinct), answers unchanged ({})",
-                                   keys.case_name(ca), ca.clusters.size(), cb.clusters.size(), join(answers(ca))));
+                                   case_name(matched, ca), ca.clusters.size(), cb.clusters.size(), join(answers(ca))));
     } else if (extractor) {
       res.answer_drift++;
-      red.push_back(fmt::format("case {}: answers {} -> {}", keys.case_name(ca), join(answers(ca)), join(answers(cb))));
+      red.push_back(fmt::format("case {}: answers {} -> {}", case_name(matched, ca), join(answers(ca)), join(answers(cb))));
     } else {
       res.token_drift++;
-      std::string first = cb.clusters.empty() ? std::string("(no output)") : shorten(cb.clusters[0].hash);
-      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})", keys.case_name(ca),
-                                ca.clusters.size(), cb.clusters.size(),
-                                ca.clusters.empty() ? std::string("(no output)") : shorten(ca.clusters[0].hash), first));
+      std::string first = cb.clusters.empty() ? std::string("(no output)") : short_hash(cb.clusters[0].hash);
+      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})",
+                                case_name(matched, ca), ca.clusters.size(), cb.clusters.size(),
+                                ca.clusters.empty() ? std::string("(no output)") : short_hash(ca.clusters[0].hash),
+                                first));
     }
   }
-  for (const auto& cb : rerun.cases)
-    if (!seen.count(keys.case_key(cb))) red.push_back("case " + keys.case_name(cb) + " is new in the rerun (the plan changed)");
 
   // ---- bits, context by context, where the tokens agree. The local engine gives the same bits for
   // the same context run after run; an endpoint need not, so there only cases whose bits were stable
   // in the baseline are compared (one that was already bit-divergent would flag noise, not drift).
   const bool remote = baseline.environment.is_object() && baseline.environment.contains("endpoints");
+  using CaseKey = std::tuple<std::string, std::string, std::string>;  // prompt, decoding, mode as matched
   std::set<CaseKey> stable;
   for (const auto& ca : baseline.cases)
-    if (!remote || (ca.bit_unique <= 1 && ca.unique <= 1)) stable.insert(keys.case_key(ca));
+    if (!remote || (ca.bit_unique <= 1 && ca.unique <= 1))
+      stable.insert(CaseKey{ca.prompt_id, ca.decoding_id, matched.mode_of(ca.mode, ca.precision)});
   std::map<ContextKey, const Completion*> base_ctx;
   for (const auto& c : baseline.completions)
-    if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, keys.mode_of(c.mode, c.precision)}))
-      base_ctx.emplace(keys.context_key(c), &c);
+    if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, matched.mode_of(c.mode, c.precision)}))
+      base_ctx.emplace(context_key(matched, c), &c);
   std::map<std::string, int> bit_by_mode;
   std::map<std::string, const Completion*> first_by_mode;
   for (const auto& c : rerun.completions) {
     if (!c.error.empty() || !has_bits(c)) continue;
-    auto it = base_ctx.find(keys.context_key(c));
+    auto it = base_ctx.find(context_key(matched, c));
     if (it == base_ctx.end()) continue;
     // same output: token ids where both know them (a report stores text with invalid UTF-8 replaced)
     const Completion& b = *it->second;
     if (b.tokens_known && c.tokens_known ? b.tokens != c.tokens : b.text != c.text) continue;
     if (bit_fingerprint(*it->second) != bit_fingerprint(c)) {
       res.bit_drift++;
-      const std::string m = keys.mode_of(c.mode, c.precision);
+      const std::string m = matched.mode_of(c.mode, c.precision);
       if (!bit_by_mode[m]++) first_by_mode[m] = &c;
     }
   }

@@ -12,6 +12,7 @@
 #include "repro/audit/canary.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
+#include "repro/audit/resume.hpp"  // use_recorded_chat_template
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
 #include "repro/cli/replay.hpp"

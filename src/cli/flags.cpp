@@ -46,17 +46,6 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   return m;
 }
 
-void use_recorded_chat_template(Model& model, const nlohmann::json& environment) {
-  if (!environment.is_object() || !environment.contains("model") || !environment["model"].is_object()) return;
-  const std::string name = environment["model"].value("chat_template", "");
-  if (name.empty() || name == "unknown" || name == model.chat_template.name) return;
-  ChatTemplate t = chat_template_from_option(name);
-  t.eos_token = model.chat_template.eos_token;
-  t.bos_token = model.chat_template.bos_token;
-  t.origin = "--chat-template " + name + " (recorded in the report)";
-  model.chat_template = t;
-}
-
 Device EngineFlags::device_value() const { return parse_device(device, "--device"); }
 Precision EngineFlags::precision_value() const { return parse_precision(precision, "--precision"); }
 

@@ -96,13 +96,13 @@ int replay_and_report(ReplayJob& job) {
 
   // ---- remote preflight: an endpoint that cannot answer ends the run before any replay
   for (const auto& e : endpoints) preflight_endpoint(e);
-  std::optional<AuditReport> golden;
-  std::string golden_digest;
-  bool golden_digest_ok = false;
+  std::optional<GoldenReport> golden;
   if (!job.baseline.empty()) {  // read before the replay: a bad golden file is a usage error, not lost work
     std::string text = read_file(job.baseline, "--baseline report");
-    golden = from_json(text, job.baseline);
-    golden_digest_ok = verify_report_digest(text, &golden_digest);
+    golden.emplace();
+    golden->report = from_json(text, job.baseline);
+    golden->file = job.baseline;
+    golden->digest_ok = verify_report_digest(text, &golden->digest);
   }
   for (const auto& f : plan.formats)  // a FORMAT=PATH that can never be written: refused before the run
     if (auto eq = f.find('='); eq != std::string::npos) check_replaceable(f.substr(eq + 1));
@@ -162,13 +162,8 @@ int replay_and_report(ReplayJob& job) {
   report.summary.interrupted = g_stop.load();
   redact(report);
 
-  // ---- analyse, compare with the baseline, write, gate ----
-  analyze(report);
-  if (golden) {
-    Drift d = compute_drift(*golden, report);
-    report.baseline = baseline_result(d, job.baseline, golden_digest, golden_digest_ok);
-    analyze(report);  // the drift is part of the verdict
-  }
+  // ---- analyse (with the baseline: its drift is part of the verdict), write, gate ----
+  analyze(report, golden ? &*golden : nullptr);
   if (job.model)  // the text of the tokens at first divergences, for the reports
     record_token_text(report, [&](int id) { return job.model->tokenizer->piece(id); });
   int override_code = job.after_analysis ? job.after_analysis(report) : -1;
@@ -194,7 +189,7 @@ int replay_and_report(ReplayJob& job) {
   bool stdout_taken = out_dir == "-";
   for (const auto& w : written) stdout_taken = stdout_taken || w == "-";
   std::FILE* term = stdout_taken ? stderr : stdout;
-  if (golden && !golden_digest_ok)
+  if (golden && !golden->digest_ok)
     std::fprintf(stderr, "warning: --baseline '%s': its content does not match its recorded digest; it was edited "
                  "after it was written\n", job.baseline.c_str());
   if (!job.quiet) {

@@ -1,4 +1,5 @@
-// Terminal summary, drift between two reports, and small formatting helpers shared by the writers.
+// Terminal summary, the text and JSON of drift between two reports (computed in src/audit/compare.cpp),
+// and small formatting helpers shared by the writers.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -17,7 +18,6 @@ namespace repro {
 
 std::string fmt_percent(double share) { return fmt::format("{:.1f}%", share * 100.0); }
 std::string fmt_ratio(double ratio) { return fmt::format("{:.2f}x", ratio); }
-std::string short_hash(const std::string& h) { return h.substr(0, 12); }
 std::string fmt_dlogprob(const std::optional<double>& v) {
   if (!v) return "-";
   return *v == 0 ? "0" : fmt::format("{:.2g}", *v);
@@ -285,90 +285,6 @@ std::string baseline_text(const BaselineResult& b) {
 // ============================================================================ drift
 
 namespace {
-std::string short_value(const nlohmann::json& v) {
-  if (v.is_null()) return "(none)";
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (v.is_string() && s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos) s = short_hash(s);
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
-const nlohmann::json& at(const nlohmann::json& j, const char* a, const char* b = nullptr) {
-  static const nlohmann::json null;
-  if (!j.is_object() || !j.contains(a)) return null;
-  const auto& x = j[a];
-  if (!b) return x;
-  return x.is_object() && x.contains(b) ? x[b] : null;
-}
-}  // namespace
-
-std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b) {
-  std::vector<std::string> out;
-  auto cmp = [&](const std::string& what, const nlohmann::json& x, const nlohmann::json& y) {
-    if (x != y) out.push_back(what + " " + short_value(x) + " -> " + short_value(y));
-  };
-  cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
-  cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
-  // Prompts: the one digest, recomputed from each report's own prompts, so a report that recorded an
-  // earlier form of the digest compares by its prompts, not by how it hashed them.
-  cmp("prompts digest", prompts_digest(report_prompts(a)), prompts_digest(report_prompts(b)));
-  cmp("endpoints", at(a.environment, "endpoints"), at(b.environment, "endpoints"));
-  std::set<std::string> keys;
-  for (const auto* p : {&a.plan, &b.plan})
-    if (p->is_object())
-      for (auto it = p->begin(); it != p->end(); ++it) keys.insert(it.key());
-  for (const auto& k : keys)
-    if (k != "prompt_ids") cmp("plan." + k, at(a.plan, k.c_str()), at(b.plan, k.c_str()));
-  return out;
-}
-
-Drift compute_drift(const AuditReport& a, const AuditReport& b) {
-  using Key = std::tuple<std::string, std::string, std::string>;
-  // Cases are (prompt, decoding, mode, precision); a report written before precisions were recorded
-  // ran one precision and is compared by mode alone.
-  bool with_precision = false;
-  for (const auto& c : a.cases) with_precision = with_precision || !c.precision.empty();
-  auto label = [&](const CaseResult& c) { return with_precision ? mode_label(c.mode, c.precision) : c.mode; };
-  auto key = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, label(c)}; };
-  auto majority = [](const CaseResult& c) { return c.clusters.empty() ? std::string() : c.clusters[0].hash; };
-  auto verdict = [](const CaseResult& c) { return c.n == 0 ? std::string("reproducible") : case_verdict(c); };
-  std::map<Key, const CaseResult*> in_b;
-  for (const auto& c : b.cases) in_b[key(c)] = &c;
-  std::map<Key, bool> in_a;
-  Drift d;
-  d.verdict_a = a.summary.verdict;
-  d.verdict_b = b.summary.verdict;
-  d.config = config_drift(a, b);
-  for (const auto& ca : a.cases) {
-    in_a[key(ca)] = true;
-    auto it = in_b.find(key(ca));
-    if (it == in_b.end()) {
-      d.cases.push_back({ca.prompt_id, ca.decoding_id, label(ca), "removed", {}});
-      continue;
-    }
-    const CaseResult& cb = *it->second;
-    CaseDrift cd{ca.prompt_id, ca.decoding_id, label(ca), "changed", {}};
-    if (majority(ca) != majority(cb))
-      cd.what.push_back("majority output " + short_hash(majority(ca)) + " -> " + short_hash(majority(cb)));
-    if (ca.unique != cb.unique) cd.what.push_back(fmt::format("unique {} -> {}", ca.unique, cb.unique));
-    if (verdict(ca) != verdict(cb)) cd.what.push_back("verdict " + verdict(ca) + " -> " + verdict(cb));
-    if (ca.structured && cb.structured) {  // structured output: conformance and JSON agreement
-      const StructuredCase& sa = *ca.structured;
-      const StructuredCase& sb = *cb.structured;
-      if (sa.valid.k != sb.valid.k || sa.valid.n != sb.valid.n)
-        cd.what.push_back(fmt::format("schema-valid {} of {} -> {} of {}", sa.valid.k, sa.valid.n, sb.valid.k, sb.valid.n));
-      if (sa.tara_json != sb.tara_json)
-        cd.what.push_back(fmt::format("TARa@N (parsed JSON) {} -> {}", sa.tara_json ? "yes" : "no", sb.tara_json ? "yes" : "no"));
-    }
-    if (cd.what.empty())
-      d.unchanged++;
-    else
-      d.cases.push_back(std::move(cd));
-  }
-  for (const auto& cb : b.cases)
-    if (!in_a.count(key(cb))) d.cases.push_back({cb.prompt_id, cb.decoding_id, label(cb), "added", {}});
-  return d;
-}
-
-namespace {
 std::string drift_text_raw(const Drift& d, const std::string& name_a, const std::string& name_b) {
   std::string out;
   if (!d.config.empty()) {
@@ -410,26 +326,6 @@ nlohmann::json drift_json(const Drift& d) {
           {"verdict_b", d.verdict_b},
           {"unchanged", d.unchanged},
           {"cases", cases}};
-}
-
-}  // namespace repro
-
-namespace repro {
-
-BaselineResult baseline_result(const Drift& d, const std::string& file, const std::string& digest, bool digest_ok) {
-  BaselineResult b;
-  b.file = file;
-  b.report_sha256 = digest;
-  b.digest_ok = digest_ok;
-  b.drifted = d.drifted();
-  b.config_changes = d.config;
-  if (d.verdict_a != d.verdict_b) b.changes.push_back("verdict " + d.verdict_a + " -> " + d.verdict_b);
-  for (const auto& c : d.cases) {
-    std::string line = fmt::format("{} {} [{}] {}", c.change, c.prompt_id, c.decoding_id, c.mode);
-    for (size_t i = 0; i < c.what.size(); ++i) line += (i == 0 ? ": " : ", ") + c.what[i];
-    b.changes.push_back(line);
-  }
-  return b;
 }
 
 }  // namespace repro

@@ -9,7 +9,8 @@
 //           served model name or system_fingerprint), cases missing from the rerun, or a rerun that
 //           could not vouch for anything (verdict "errors" or "interrupted").
 //
-// Matching. Cases are matched by (prompt, decoding, mode or endpoint). Token drift compares the set
+// Matching. Cases are matched by (prompt, decoding, mode or endpoint) as `diff` and `run --baseline`
+// match them (match_cases, repro/audit/compare.hpp). Token drift compares the set
 // of distinct token outputs of a case (and the set of extracted answers), not completion by
 // completion, so an endpoint that was already nondeterministic in the baseline is not flagged as long
 // as it produces the same outputs. Bits are compared completion by completion in the same context

@@ -6,7 +6,7 @@
 //  - TARr@N: share of the variant's cases (decoding x mode x precision) whose N raw outputs are all
 //    identical, with its 95% Wilson interval;
 //  - share of completions differing in tokens (and bitwise) from their case's reference completion
-//    (the drift reference of repro/audit/drift.hpp), with intervals;
+//    (the drift reference of repro/audit/drift_size.hpp), with intervals;
 //  - TARa@N: share of cases whose N extracted answers agree (with --answer-regex/--answer-json-path).
 //
 // Ranking inside a task (rank 1 = most reproducible): lowest token-differ share, then highest TARr@N,

@@ -47,12 +47,6 @@ struct EngineFlagSpec {
 
 void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec = {});
 
-// A report's environment records the chat template its messages were rendered with
-// (environment.model.chat_template): applied to a freshly loaded model, so that a resumed run or a
-// canary renders the prompts as the original run did. No-op when nothing (or "unknown") was
-// recorded or the model already has that template.
-void use_recorded_chat_template(Model& model, const nlohmann::json& environment);
-
 // --extra-body: a JSON object merged into every request ("" = an empty object); UsageError otherwise.
 nlohmann::json parse_extra_body(const std::string& text);
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "repro/audit/compare.hpp"  // Drift, compute_drift, short_hash
 #include "repro/audit/result.hpp"
 #include "repro/common/json.hpp"
 #include "repro/report/canonical.hpp"
@@ -47,33 +48,14 @@ std::vector<std::string> write_reports(const AuditReport& report, const std::str
 // "json,md" -> {"json", "md"}; validates each entry (UsageError naming --format).
 std::vector<std::string> parse_formats(const std::string& csv);
 
-// ---- drift between two runs (src/report/terminal.cpp); used by `diff` and `run --baseline`
-struct CaseDrift {
-  std::string prompt_id, decoding_id, mode;
-  std::string change;              // "added" (only in B), "removed" (only in A), "changed"
-  std::vector<std::string> what;   // e.g. "majority output 1a2b3c4d -> 5e6f7a8b", "unique 1 -> 3"
-};
-struct Drift {
-  std::string verdict_a, verdict_b;
-  std::vector<std::string> config;  // configuration differences (model/profile/prompts digests, endpoints, plan fields)
-  std::vector<CaseDrift> cases;    // in A's case order, then added cases in B's order
-  int unchanged = 0;
-  bool drifted() const { return !cases.empty() || verdict_a != verdict_b; }
-};
-// Cases are matched by (prompt_id, decoding, mode). A case drifts when its majority output hash,
-// unique count or case verdict (divergent or not) changed.
-Drift compute_drift(const AuditReport& a, const AuditReport& b);
+// ---- drift between two runs (computed in src/audit/compare.cpp), as text and JSON (src/report/terminal.cpp)
 std::string drift_text(const Drift& d, const std::string& name_a = "A", const std::string& name_b = "B");
 nlohmann::json drift_json(const Drift& d);
-// "model digest 1a2b.. -> 3c4d..", "plan.max_tokens 8 -> 16": what differs in how the two runs were made.
-std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b);
-// The `baseline` section of a run compared with a golden report (file, its digest and check, changes).
-BaselineResult baseline_result(const Drift& d, const std::string& file, const std::string& digest, bool digest_ok);
 std::string baseline_text(const BaselineResult& b);  // the terminal / text form
 // One line saying why the verdict is what it is (empty for "reproducible").
 std::string verdict_cause(const AuditReport& report);
 
-// ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_text.cpp)
+// ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_size_text.cpp)
 struct TextTable {
   std::vector<std::string> head;
   std::vector<std::vector<std::string>> rows;
@@ -138,7 +120,6 @@ std::vector<std::string> throughput_cost_lines(const AuditReport& r);
 // ---- helpers shared by the writers (src/report/terminal.cpp)
 std::string fmt_percent(double share);        // 0.5 -> "50.0%"
 std::string fmt_ratio(double ratio);          // 0.625 -> "0.62x"
-std::string short_hash(const std::string& h); // first 12 hex digits
 // "3 unique of 10: c1 x7 (majority); c2 x2 ... diverges at token 3 (423 -> 77)"; with the report, the
 // divergence is shown as text with ids (divergence_label).
 std::string case_summary(const CaseResult& c, const AuditReport* r = nullptr);

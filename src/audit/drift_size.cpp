@@ -1,5 +1,5 @@
-// Size of the drift against a reference context: see include/repro/audit/drift.hpp.
-#include "repro/audit/drift.hpp"
+// Size of the drift against a reference context: see include/repro/audit/drift_size.hpp.
+#include "repro/audit/drift_size.hpp"
 
 #include <fmt/core.h>
 
@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "repro/audit/factors.hpp"
 #include "repro/audit/stats.hpp"
 
 namespace repro {
@@ -19,16 +20,6 @@ namespace {
 bool remote_completion(const Completion& c) {
   return !c.cache_state.empty() || !c.response_id.empty() || !c.system_fingerprint.empty() ||
          !c.response_model.empty();
-}
-
-int filler_index(const std::string& f) {  // "" (no fillers) first, then f0, f1, ...
-  if (f.size() > 1 && f[0] == 'f') {
-    try {
-      return std::stoi(f.substr(1));
-    } catch (...) {
-    }
-  }
-  return f.empty() ? -1 : 1 << 30;
 }
 
 bool same_tokens(const Completion& a, const Completion& b) {
@@ -41,34 +32,6 @@ bool same_bits(const Completion& a, const Completion& b) {
          a.logprobs.size() == b.logprobs.size() &&
          (a.logprobs.empty() || std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0);
 }
-
-bool numeric(const std::string& f) {
-  return f == "batch_size" || f == "position" || f == "seed" || f == "repeat" || f == "mate_join_step" ||
-         f == "mate_prompt_delta";
-}
-
-void sort_values(const std::string& factor, std::vector<std::string>& v) {
-  std::sort(v.begin(), v.end(), [&](const std::string& a, const std::string& b) {
-    if (numeric(factor) && a.size() != b.size()) return a.size() < b.size();
-    if (factor == "filler_set") return filler_index(a) < filler_index(b);
-    return a < b;
-  });
-}
-
-struct FactorGetter {
-  const char* name;
-  std::string (*get)(const Completion&);
-};
-const FactorGetter kFactors[] = {
-    {"batch_size", [](const Completion& c) { return std::to_string(c.batch_size); }},
-    {"position", [](const Completion& c) { return std::to_string(c.position); }},
-    {"filler_set", [](const Completion& c) { return c.filler_set; }},
-    {"mate_join_step", [](const Completion& c) { return std::to_string(c.mate_join_step); }},
-    {"mate_prompt_delta", [](const Completion& c) { return std::to_string(c.mate_prompt_delta); }},
-    {"seed", [](const Completion& c) { return std::to_string(c.seed); }},
-    {"cache_state", [](const Completion& c) { return c.cache_state; }},
-    {"repeat", [](const Completion& c) { return std::to_string(c.repeat); }},
-};
 
 // Accumulates a DriftFactor by value.
 struct FactorAcc {
@@ -84,7 +47,7 @@ struct FactorAcc {
     DriftFactor f;
     f.factor = name;
     for (const auto& [v, r] : rows) f.values.push_back(v);
-    sort_values(name, f.values);
+    sort_factor_values(name, f.values, FactorUse::DriftSize);
     for (const auto& v : f.values) {
       const auto& r = rows.at(v);
       f.n.push_back(std::get<0>(r));
@@ -103,7 +66,7 @@ int reference_completion(const std::vector<Completion>& all, const std::vector<i
   auto key = [&](int i) {
     const Completion& c = all[i];
     int cache = c.cache_state == "warm" ? 1 : 0;
-    return std::make_tuple(c.batch_size, c.position, filler_index(c.filler_set), c.mate_join_step,
+    return std::make_tuple(c.batch_size, c.position, filler_draw_index(c.filler_set), c.mate_join_step,
                            c.mate_prompt_delta, cache, c.repeat, i);
   };
   for (int i : members)
@@ -147,7 +110,7 @@ double topk_kl(const int* p_ids, const float* p_lp, const int* q_ids, const floa
   return std::max(0.0, kl);
 }
 
-void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
+void analyze_drift_size(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
                    double fragile_margin) {
   DriftSize d;
   d.reference = reference_completion(all, members);
@@ -172,8 +135,8 @@ void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std
     d.fragile = fragile;
     d.min_margin_rel = mn;
   }
-  std::vector<FactorAcc> acc(std::size(kFactors));
-  std::vector<std::set<std::string>> seen(std::size(kFactors));
+  std::vector<FactorAcc> acc(std::size(kDriftSizeFactors));
+  std::vector<std::set<std::string>> seen(std::size(kDriftSizeFactors));
   double sum_dlp = 0, max_dlp = 0;
   bool any_lp = false;
   double max_kl = -1;
@@ -218,8 +181,8 @@ void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std
       }
       max_dlp = std::max(max_dlp, c_max);
     }
-    for (size_t f = 0; f < std::size(kFactors); ++f) {
-      std::string v = kFactors[f].get(c);
+    for (size_t f = 0; f < std::size(kDriftSizeFactors); ++f) {
+      std::string v = factor(kDriftSizeFactors[f]).value(c);
       seen[f].insert(v);
       acc[f].add(v, 1, bit, tok, c_max);
     }
@@ -229,8 +192,8 @@ void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std
     d.mean_dlogprob = d.steps_compared > 0 ? sum_dlp / d.steps_compared : 0.0;
   }
   if (max_kl >= 0) d.topk_kl = max_kl;
-  for (size_t f = 0; f < std::size(kFactors); ++f)
-    if (seen[f].size() > 1) d.factors.push_back(acc[f].table(kFactors[f].name));
+  for (size_t f = 0; f < std::size(kDriftSizeFactors); ++f)
+    if (seen[f].size() > 1) d.factors.push_back(acc[f].table(factor(kDriftSizeFactors[f]).name));
   d.status = d.token_differ > 0                  ? "token-divergent"
              : d.fragile.value_or(0) > 0         ? "reproducible here, fragile"
              : d.bit_differ > 0                  ? "bit-divergent"
@@ -241,13 +204,8 @@ void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std
 namespace {
 
 std::string factor_phrase(const std::string& f) {
-  if (f == "batch_size") return "batch size";
-  if (f == "filler_set") return "the batch mates (filler draw)";
-  if (f == "cache_state") return "the prefix cache";
-  if (f == "mate_join_step") return "a batch mate's prefill joining the decode";
-  if (f == "mate_prompt_delta") return "a batch mate's prompt length";
-  if (f == "repeat") return "between repeats of the same context";
-  return f;
+  const Factor* row = find_factor(f);
+  return row ? row->phrase : f;
 }
 
 // Where a count is non-zero along a factor: "from batch size 8 up", "at batch sizes 2, 8", or the
@@ -281,7 +239,7 @@ std::string sci(double v) { return v == 0 ? "0" : fmt::format("{:.2g}", v); }
 
 }  // namespace
 
-void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases) {
+void summarize_drift_size(ModeSummary& ms, const std::vector<CaseResult>& cases) {
   ModeDriftSize md;
   int bit = 0, tok = 0, compared = 0, div_cases = 0, cmp_cases = 0;
   int64_t steps = 0;

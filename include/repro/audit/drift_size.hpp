@@ -30,11 +30,11 @@ int reference_completion(const std::vector<Completion>& all, const std::vector<i
 double topk_kl(const int* p_ids, const float* p_lp, const int* q_ids, const float* q_lp, int k);
 
 // Fills cr.drift_size from the case's members (indices into all, errors excluded).
-void analyze_drift(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
-                   double fragile_margin);
+void analyze_drift_size(CaseResult& cr, const std::vector<Completion>& all, const std::vector<int>& members,
+                        double fragile_margin);
 
 // Fills ms.drift_size from the cases of mode ms.mode at precision ms.precision (their drift already
 // analysed); the finding names both ("default (bf16): ...").
-void summarize_drift(ModeSummary& ms, const std::vector<CaseResult>& cases);
+void summarize_drift_size(ModeSummary& ms, const std::vector<CaseResult>& cases);
 
 }  // namespace repro

@@ -1,0 +1,148 @@
+// Run against run: case matching, drift between two reports, the baseline section (see
+// include/repro/audit/compare.hpp).
+#include "repro/audit/compare.hpp"
+
+#include <fmt/core.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "repro/audit/plan.hpp"
+#include "repro/audit/provenance.hpp"
+#include "repro/audit/verdict.hpp"
+
+namespace repro {
+
+std::string short_hash(const std::string& h) { return h.substr(0, 12); }
+
+std::string recorded_text(const nlohmann::json& record, const char* a, const char* b) {
+  if (!record.is_object()) return {};
+  auto it = record.find(a);
+  if (it == record.end() || !it->is_object()) return {};
+  auto s = it->find(b);
+  return s != it->end() && s->is_string() ? s->get<std::string>() : std::string();
+}
+
+// ============================================================================ case matching
+
+std::string CaseMatching::mode_of(const std::string& mode, const std::string& precision) const {
+  return with_precision ? mode_label(mode, precision) : mode;
+}
+
+CaseMatching match_cases(const AuditReport& a, const AuditReport& b) {
+  CaseMatching m;
+  for (const auto& c : a.cases) m.with_precision = m.with_precision || !c.precision.empty();
+  using Key = std::tuple<std::string, std::string, std::string>;
+  auto key = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision)}; };
+  std::map<Key, const CaseResult*> in_b;
+  for (const auto& c : b.cases) in_b[key(c)] = &c;
+  std::set<Key> in_a;
+  for (const auto& ca : a.cases) {
+    in_a.insert(key(ca));
+    auto it = in_b.find(key(ca));
+    m.cases.push_back({&ca, it == in_b.end() ? nullptr : it->second});
+  }
+  for (const auto& cb : b.cases)
+    if (!in_a.count(key(cb))) m.cases.push_back({nullptr, &cb});
+  return m;
+}
+
+// ============================================================================ drift
+
+namespace {
+std::string short_value(const nlohmann::json& v) {
+  if (v.is_null()) return "(none)";
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (v.is_string() && s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos) s = short_hash(s);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+const nlohmann::json& at(const nlohmann::json& j, const char* a, const char* b = nullptr) {
+  static const nlohmann::json null;
+  if (!j.is_object() || !j.contains(a)) return null;
+  const auto& x = j[a];
+  if (!b) return x;
+  return x.is_object() && x.contains(b) ? x[b] : null;
+}
+}  // namespace
+
+std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b) {
+  std::vector<std::string> out;
+  auto cmp = [&](const std::string& what, const nlohmann::json& x, const nlohmann::json& y) {
+    if (x != y) out.push_back(what + " " + short_value(x) + " -> " + short_value(y));
+  };
+  cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
+  cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
+  // Prompts: the one digest, recomputed from each report's own prompts, so a report that recorded an
+  // earlier form of the digest compares by its prompts, not by how it hashed them.
+  cmp("prompts digest", prompts_digest(report_prompts(a)), prompts_digest(report_prompts(b)));
+  cmp("endpoints", at(a.environment, "endpoints"), at(b.environment, "endpoints"));
+  std::set<std::string> keys;
+  for (const auto* p : {&a.plan, &b.plan})
+    if (p->is_object())
+      for (auto it = p->begin(); it != p->end(); ++it) keys.insert(it.key());
+  for (const auto& k : keys)
+    if (k != "prompt_ids") cmp("plan." + k, at(a.plan, k.c_str()), at(b.plan, k.c_str()));
+  return out;
+}
+
+Drift compute_drift(const AuditReport& a, const AuditReport& b) {
+  auto majority = [](const CaseResult& c) { return c.clusters.empty() ? std::string() : c.clusters[0].hash; };
+  auto verdict = [](const CaseResult& c) { return c.n == 0 ? std::string("reproducible") : case_verdict(c); };
+  const CaseMatching m = match_cases(a, b);
+  auto label = [&](const CaseResult& c) { return m.mode_of(c.mode, c.precision); };
+  Drift d;
+  d.verdict_a = a.summary.verdict;
+  d.verdict_b = b.summary.verdict;
+  d.config = config_drift(a, b);
+  for (const auto& [pa, pb] : m.cases) {
+    if (!pa) {
+      d.cases.push_back({pb->prompt_id, pb->decoding_id, label(*pb), "added", {}});
+      continue;
+    }
+    const CaseResult& ca = *pa;
+    if (!pb) {
+      d.cases.push_back({ca.prompt_id, ca.decoding_id, label(ca), "removed", {}});
+      continue;
+    }
+    const CaseResult& cb = *pb;
+    CaseDrift cd{ca.prompt_id, ca.decoding_id, label(ca), "changed", {}};
+    if (majority(ca) != majority(cb))
+      cd.what.push_back("majority output " + short_hash(majority(ca)) + " -> " + short_hash(majority(cb)));
+    if (ca.unique != cb.unique) cd.what.push_back(fmt::format("unique {} -> {}", ca.unique, cb.unique));
+    if (verdict(ca) != verdict(cb)) cd.what.push_back("verdict " + verdict(ca) + " -> " + verdict(cb));
+    if (ca.structured && cb.structured) {  // structured output: conformance and JSON agreement
+      const StructuredCase& sa = *ca.structured;
+      const StructuredCase& sb = *cb.structured;
+      if (sa.valid.k != sb.valid.k || sa.valid.n != sb.valid.n)
+        cd.what.push_back(fmt::format("schema-valid {} of {} -> {} of {}", sa.valid.k, sa.valid.n, sb.valid.k, sb.valid.n));
+      if (sa.tara_json != sb.tara_json)
+        cd.what.push_back(fmt::format("TARa@N (parsed JSON) {} -> {}", sa.tara_json ? "yes" : "no", sb.tara_json ? "yes" : "no"));
+    }
+    if (cd.what.empty())
+      d.unchanged++;
+    else
+      d.cases.push_back(std::move(cd));
+  }
+  return d;
+}
+
+// ============================================================================ the baseline section
+
+BaselineResult baseline_result(const Drift& d, const std::string& file, const std::string& digest, bool digest_ok) {
+  BaselineResult b;
+  b.file = file;
+  b.report_sha256 = digest;
+  b.digest_ok = digest_ok;
+  b.drifted = d.drifted();
+  b.config_changes = d.config;
+  if (d.verdict_a != d.verdict_b) b.changes.push_back("verdict " + d.verdict_a + " -> " + d.verdict_b);
+  for (const auto& c : d.cases) {
+    std::string line = fmt::format("{} {} [{}] {}", c.change, c.prompt_id, c.decoding_id, c.mode);
+    for (size_t i = 0; i < c.what.size(); ++i) line += (i == 0 ? ": " : ", ") + c.what[i];
+    b.changes.push_back(line);
+  }
+  return b;
+}
+
+}  // namespace repro
