@@ -157,6 +157,38 @@ TEST_CASE("bench: --no-prefill measures decode only") {
   CHECK_FALSE(j["rows"][0].contains("default_share_of_ceiling"));
 }
 
+TEST_CASE("bench: --modes measures the tables it names beside default, the deterministic one included") {
+  auto dir = test::scratch_dir("bench-modes");
+  const fs::path model = tiny_model(dir);
+  auto r = test::run_cli("bench --model '" + model.string() +
+                         "' --modes deterministic --threads 1 --batch-sizes 1,3 --max-tokens 3 --repeats 2 --warmup 0 "
+                         "--no-prefill --no-ceilings --json -");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("deterministic/default") != std::string::npos);
+  CHECK(r.output.find("inv/default") == std::string::npos);  // not named: not measured
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find("\n{") + 1));
+  CHECK(j["deterministic_validated"] == true);
+  REQUIRE(j["rows"].size() == 2);
+  for (const auto& row : j["rows"]) {
+    check_stats(row["default"], 2, 0.1);
+    check_stats(row["deterministic"], 2, 0.1);
+    CHECK_FALSE(row.contains("invariant"));
+    CHECK(row["deterministic_ratio"].get<double>() ==
+          doctest::Approx(row["deterministic"]["mean"].get<double>() / row["default"]["mean"].get<double>()));
+  }
+  // Without --modes the deterministic table is left out (it decodes requests alone).
+  r = test::run_cli("bench --model '" + model.string() +
+                    "' --threads 1 --batch-sizes 2 --max-tokens 3 --repeats 2 --warmup 0 --no-prefill --no-ceilings");
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("deterministic") == std::string::npos);
+  CHECK(r.output.find("inv/default") != std::string::npos);
+  // A mode name that does not exist names the flag and the choices.
+  r = test::run_cli("bench --model '" + model.string() + "' --modes batch-invarant --no-ceilings");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--modes") != std::string::npos);
+}
+
 TEST_CASE("bench: usage errors name the flag") {
   auto dir = test::scratch_dir("bench-usage");
   const fs::path model = tiny_model(dir);

@@ -85,7 +85,7 @@ LocalResult run_local(const LocalConfig& cfg, LocalObserver& obs) {
 
   LocalResult res;
   // Each op table says what it runs (validates the device before any model is loaded).
-  res.tables = bench_tables(cfg.device, cfg.threads.front());
+  res.tables = bench_tables(cfg.device, cfg.threads.front(), cfg.modes);
   const std::vector<BenchTable>& tables = res.tables;
   const size_t n = tables.size();
   obs.tables(tables);

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <utility>
 
+#include "repro/common/error.hpp"
 #include "repro/engine/device.hpp"
 
 namespace repro::bench {
@@ -25,13 +26,15 @@ constexpr Names kNames[] = {
 
 }  // namespace
 
-std::vector<BenchTable> bench_tables(Device device, int threads) {
+std::vector<BenchTable> bench_tables(Device device, int threads, const std::vector<Mode>& modes) {
   std::vector<BenchTable> out;
   auto add = [&](Mode mode) {
+    for (const auto& have : out)
+      if (have.mode == mode) return;
     BenchTable t;
     t.mode = mode;
     t.info = kernels::make_ops(device, mode, threads)->describe();
-    if (mode != Mode::Default && t.info.requests_alone) return;
+    if (mode != Mode::Default && t.info.requests_alone && modes.empty()) return;
     const std::string name = mode_name(mode);
     const auto* n = std::find_if(std::begin(kNames), std::end(kNames), [&](const Names& x) { return name == x.mode; });
     if (n != std::end(kNames)) {
@@ -46,9 +49,26 @@ std::vector<BenchTable> bench_tables(Device device, int threads) {
     }
     out.push_back(std::move(t));
   };
+  const auto tables = kernels::available_op_tables();
   add(Mode::Default);
-  for (const auto& spec : kernels::available_op_tables())
-    if (spec.device == device && spec.mode != Mode::Default) add(spec.mode);
+  if (modes.empty()) {
+    for (const auto& spec : tables)
+      if (spec.device == device && spec.mode != Mode::Default) add(spec.mode);
+    return out;
+  }
+  for (Mode mode : modes) {
+    bool registered = false;
+    std::string names;
+    for (const auto& spec : tables) {
+      if (spec.device != device) continue;
+      registered = registered || spec.mode == mode;
+      names += (names.empty() ? "" : ", ") + std::string(mode_name(spec.mode));
+    }
+    if (!registered)
+      throw UsageError(std::string("--modes: --device ") + device_name(device) + " has no " + mode_name(mode) +
+                       " op table (it has " + names + ")");
+    add(mode);
+  }
   return out;
 }
 

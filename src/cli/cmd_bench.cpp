@@ -73,6 +73,7 @@ struct BenchOptions : EndpointBenchOptions {
   EngineFlags engine;  // --model (repeatable) --tokenizer --device --threads (a list) --precision
   std::string batch_sizes = "1,8,32,64";
   std::string prompt_lengths = "128,512";
+  std::string modes;       // empty: every table of the device that batches (bench::bench_tables)
   bool no_prefill = false;
   double min_time = 0;
   bool no_ceilings = false;
@@ -234,7 +235,7 @@ class LocalPrinter : public bench::LocalObserver {
 // With --endpoint: the endpoint load bench, after refusing the flags that only set up the local
 // engine (and, without it, the flags that only mean something for endpoints).
 int run_bench_remote(const BenchOptions& o) {
-  for (const char* f : {"--model", "--tokenizer", "--device", "--threads", "--precision", "--batch-sizes",
+  for (const char* f : {"--model", "--tokenizer", "--device", "--threads", "--precision", "--modes", "--batch-sizes",
                         "--prompt-lengths", "--no-prefill", "--min-time", "--no-ceilings", "--triad-mib",
                         "--sgemm-size"})
     if (o.given(f))
@@ -255,6 +256,9 @@ int run_bench(const BenchOptions& o) {
   const std::vector<int> lengths = o.no_prefill ? std::vector<int>{} : parse_int_list(o.prompt_lengths, "--prompt-lengths");
   const std::vector<int> threads = o.engine.thread_counts();
   const Device device = o.engine.device_value();
+  std::vector<Mode> modes;
+  if (!o.modes.empty())
+    for (const std::string& m : split(o.modes, ',')) modes.push_back(parse_mode(trim(m), "--modes"));
   const Precision precision = o.engine.precision_value();
   if (o.max_tokens < 2) throw UsageError("--max-tokens must be at least 2 (the first token comes from the prefill step)");
   o.check();
@@ -275,6 +279,7 @@ int run_bench(const BenchOptions& o) {
   cfg.threads = threads;
   cfg.device = device;
   cfg.precision = precision;
+  cfg.modes = modes;
   cfg.batch_sizes = batches;
   cfg.prompt_lengths = lengths;
   cfg.min_time = o.min_time;
@@ -301,13 +306,16 @@ void setup_bench(CLI::App& parent, Runner& runner) {
       "--endpoint, a server's requests/s and tokens/s at each concurrency");
   EngineFlagSpec spec;
   spec.model_repeatable = true;
-  spec.mode = false;  // both modes, side by side
+  spec.mode = false;  // default and the --modes tables, side by side
   spec.threads_list = true;
   spec.model_help =
       "Model file or synthesized model (repeatable; synth:100m = the synthesized ~100M model, see `run "
       "--help` for the other synth: names; default: the embedded stories260K and synth:100m)";
   o->engine.threads = "1,2";
   add_engine_flags(*sub, o->engine, spec);
+  sub->add_option("--modes", o->modes,
+                  "Comma-separated modes measured beside default, e.g. batch-invariant,deterministic (default: every "
+                  "mode of the device that batches: batch-invariant)");
   sub->add_option("--batch-sizes", o->batch_sizes, "Comma-separated batch sizes (decode)")->capture_default_str();
   sub->add_option("--prompt-lengths", o->prompt_lengths, "Comma-separated prompt lengths in tokens (prefill)")
       ->capture_default_str();

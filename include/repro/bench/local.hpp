@@ -32,6 +32,7 @@ struct LocalConfig : Runs {
   std::vector<int> threads = {1};
   Device device = Device::Cpu;
   Precision precision = Precision::F32;
+  std::vector<Mode> modes;          // bench --modes: the tables beside default (empty: bench_tables' rule)
   std::vector<int> batch_sizes = {1};
   std::vector<int> prompt_lengths;  // empty: decode only
   double min_time = 0;              // > 0: a cell stops after this many seconds once 3 runs are in

@@ -6,7 +6,8 @@
 // reported, not asserted). Every other table is validated: its probe must keep the same bits at every
 // batch size, thread count and run. A table that decodes requests alone (OpsInfo::requests_alone:
 // the deterministic tables) is left out: it never forms the batch a decode cell times, and its
-// reference loops would take hours on the default models; `run --modes deterministic` prices it.
+// reference loops would take hours on the default models; `bench --modes deterministic` (on a small
+// model) or `run --modes deterministic` prices it.
 // A newly registered table of the device is measured without a change here.
 #pragma once
 #include <string>
@@ -29,6 +30,9 @@ struct BenchTable {
 
 // Default first, then the device's other registered tables in registry order. Throws what
 // kernels::make_ops throws when the device has no default table (a build without CUDA, no GPU).
-std::vector<BenchTable> bench_tables(Device device, int threads);
+// `modes` (bench --modes) names the tables to measure beside the default one, in that order, the
+// deterministic ones included; empty: every registered table of the device that batches. A mode
+// the device has no table for is a UsageError naming --modes and the device's tables.
+std::vector<BenchTable> bench_tables(Device device, int threads, const std::vector<Mode>& modes = {});
 
 }  // namespace repro::bench
