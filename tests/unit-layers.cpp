@@ -1,0 +1,79 @@
+// The layer order of docs/ARCHITECTURE.md, checked on the sources: a file of a layer includes public
+// headers (repro/<layer>/...) of its own layer and the layers below it only.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Each layer and the layers it uses directly (CMakeLists.txt links the same edges).
+const std::map<std::string, std::vector<std::string>> kUses = {
+    {"common", {}},
+    {"tokenizer", {"common"}},
+    {"model", {"tokenizer"}},
+    {"kernels", {"common"}},
+    {"structured", {"tokenizer"}},
+    {"engine", {"model", "kernels", "structured"}},
+    {"openai", {"common"}},
+    {"remote", {"openai"}},
+    {"audit", {"engine", "remote"}},
+    {"report", {"audit"}},
+    {"bench", {"audit"}},
+    {"compliance", {"report"}},
+    {"serve", {"engine", "openai"}},
+    {"cli", {"compliance", "report", "bench", "serve"}},
+};
+
+std::set<std::string> reachable(const std::string& layer) {
+  std::set<std::string> out{layer};
+  std::vector<std::string> todo{layer};
+  while (!todo.empty()) {
+    const std::string l = todo.back();
+    todo.pop_back();
+    for (const auto& d : kUses.at(l))
+      if (out.insert(d).second) todo.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("layers: every file includes headers of its own layer and the layers below it only") {
+  const fs::path root(REPRO_SOURCE_DIR);
+  const std::regex inc(R"(#\s*include\s*"repro/([a-z_]+)/)");
+  int files = 0;
+  for (const auto& [layer, uses] : kUses) {
+    const std::set<std::string> allowed = reachable(layer);
+    const std::vector<fs::path> dirs = {root / (layer == "kernels" ? "kernels" : "src/" + layer),
+                                        root / "include/repro" / layer};
+    for (const auto& dir : dirs) {
+      REQUIRE_MESSAGE(fs::is_directory(dir), dir.string());
+      for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        const std::string ext = e.path().extension().string();
+        if (ext != ".cpp" && ext != ".hpp" && ext != ".cu" && ext != ".cuh") continue;
+        std::ifstream in(e.path());
+        std::stringstream ss;
+        ss << in.rdbuf();
+        const std::string text = ss.str();
+        ++files;
+        for (std::sregex_iterator it(text.begin(), text.end(), inc), end; it != end; ++it) {
+          const std::string used = (*it)[1];
+          INFO(e.path().string(), " includes repro/", used, "/");
+          CHECK_MESSAGE(kUses.count(used) == 1, "an unknown layer: add it to docs/ARCHITECTURE.md and this table");
+          CHECK_MESSAGE(allowed.count(used) == 1, "a layer may use only the layers below it (docs/ARCHITECTURE.md)");
+        }
+      }
+    }
+  }
+  CHECK(files > 100);
+}
