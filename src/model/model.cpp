@@ -260,9 +260,26 @@ TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
   d.bos_id = special("tokenizer.ggml.bos_token_id");
   d.eos_id = special("tokenizer.ggml.eos_token_id");
   d.unk_id = special("tokenizer.ggml.unknown_token_id");
-  bool llama = d.model == "llama";
-  d.add_bos = g.get_bool("tokenizer.ggml.add_bos_token", llama);
-  d.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix", llama);
+  d.eot_id = special("tokenizer.ggml.eot_token_id");
+  d.eom_id = special("tokenizer.ggml.eom_token_id");
+  // Absent keys take the defaults of the tokenizer model and pre-tokenizer (tokenizer_defaults).
+  const TokenizerDefaults def = tokenizer_defaults(d.model, d.pre);
+  d.defaults_for = def.origin;
+  auto default_id = [&](const char* key, const char* name, int& id, int value) {
+    if (g.find(key) || value < 0 || value >= vocab) return;
+    id = value;
+    d.defaulted.emplace_back(name);
+  };
+  default_id("tokenizer.ggml.bos_token_id", "bos_token_id", d.bos_id, def.bos_id);
+  default_id("tokenizer.ggml.eos_token_id", "eos_token_id", d.eos_id, def.eos_id);
+  auto flag = [&](const char* key, const char* name, bool value) {
+    if (g.find(key)) return g.get_bool(key, value);
+    d.defaulted.emplace_back(name);
+    return value;
+  };
+  d.add_bos = flag("tokenizer.ggml.add_bos_token", "add_bos_token", def.add_bos);
+  d.add_eos = flag("tokenizer.ggml.add_eos_token", "add_eos_token", def.add_eos);
+  d.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix", d.model == "llama");
   d.space_is_plain = false;
   return d;
 }

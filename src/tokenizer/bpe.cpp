@@ -9,8 +9,8 @@
 // as it stands ("ignore_merges", as its tokenizer.json says).
 //
 // Control tokens (type 3, e.g. <|begin_of_text|>) are never parsed out of text: text that spells
-// them is encoded as ordinary bytes. BOS is added only when asked for, when the model's add_bos is
-// set, and when the model has one.
+// them is encoded as ordinary bytes. BOS (EOS) is added only when asked for, when the model's
+// add_bos (add_eos) is set, and when the model has one.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -267,11 +267,12 @@ class BpeTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<int> encode(std::string_view text, bool add_bos) const override {
+  std::vector<int> encode(std::string_view text, bool add_special) const override {
     std::vector<int> out;
-    if (add_bos && d_.add_bos && d_.bos_id >= 0) out.push_back(d_.bos_id);
+    if (add_special && adds_bos()) out.push_back(d_.bos_id);
     Scratch scratch;
     regex_->split(text, [&](size_t b, size_t e) { encode_word(text.substr(b, e - b), scratch, out); });
+    if (add_special && adds_eos()) out.push_back(d_.eos_id);
     return out;
   }
 
@@ -282,6 +283,10 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(d_.tokens.size()); }
   int bos() const override { return d_.bos_id; }
   int eos() const override { return d_.eos_id; }
+  std::string token_text(int id) const override {
+    check_id(id, vocab_size());
+    return d_.tokens[static_cast<size_t>(id)];
+  }
   std::string kind() const override { return "gpt2 (byte-level BPE, " + pre_name_ + ")"; }
 
  private:

@@ -65,10 +65,13 @@ class SpmTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<int> encode(std::string_view text, bool add_bos) const override {
+  std::vector<int> encode(std::string_view text, bool add_special) const override {
     std::vector<int> out;
-    if (add_bos && d_.add_bos && d_.bos_id >= 0) out.push_back(d_.bos_id);
-    if (text.empty()) return out;
+    if (add_special && adds_bos()) out.push_back(d_.bos_id);
+    if (text.empty()) {
+      if (add_special && adds_eos()) out.push_back(d_.eos_id);
+      return out;
+    }
 
     // Normalize: optional prefix space, spaces to U+2581.
     std::string norm;
@@ -100,6 +103,7 @@ class SpmTokenizer final : public Tokenizer {
       }
     }
     encode_chunk(std::string_view(norm).substr(chunk), scratch, out);
+    if (add_special && adds_eos()) out.push_back(d_.eos_id);
     return out;
   }
 
@@ -110,6 +114,10 @@ class SpmTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(d_.tokens.size()); }
   int bos() const override { return d_.bos_id; }
   int eos() const override { return d_.eos_id; }
+  std::string token_text(int id) const override {
+    check_id(id, vocab_size());
+    return d_.tokens[static_cast<size_t>(id)];
+  }
   std::string kind() const override { return "llama (SentencePiece BPE)"; }
 
  private:

@@ -87,6 +87,8 @@ void validate_common(const TokenizerData& data) {
   check_special(data.bos_id, "BOS");
   check_special(data.eos_id, "EOS");
   check_special(data.unk_id, "unknown");
+  check_special(data.eot_id, "end-of-turn");
+  check_special(data.eom_id, "end-of-message");
 }
 
 }  // namespace detail
@@ -106,9 +108,14 @@ void Tokenizer::set_special_tokens(const TokenizerData& d) {
   for (const auto& [text, id] : specials_)
     if (static_cast<TokenType>(d.types[static_cast<size_t>(id)]) == TokenType::Control)
       controls_.push_back(text);
+  eog_ = end_of_generation_ids(d);
+  adds_bos_ = d.add_bos && d.bos_id >= 0;
+  adds_eos_ = d.add_eos && d.eos_id >= 0;
+  defaulted_ = d.defaulted;
+  defaults_for_ = d.defaults_for;
 }
 
-std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos) const {
+std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_special) const {
   // Fragments: raw text (id -1) or a special token. Each special token, longest first, splits
   // every raw fragment at each of its occurrences (leftmost first).
   struct Frag {
@@ -133,7 +140,8 @@ std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos) 
     }
     frags = std::move(next);
   }
-  std::vector<int> out = encode("", add_bos);
+  std::vector<int> out;
+  if (add_special && adds_bos_) out.push_back(bos());
   for (const Frag& f : frags) {
     if (f.id >= 0) {
       out.push_back(f.id);
@@ -142,6 +150,7 @@ std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_bos) 
       out.insert(out.end(), ids.begin(), ids.end());
     }
   }
+  if (add_special && adds_eos_) out.push_back(eos());
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Tokenizers: SentencePiece-style BPE (GGUF `tokenizer.ggml.model = llama`, llama2.c tok*.bin) and
 // GPT-2 style byte-level BPE (`tokenizer.ggml.model = gpt2`, Llama-3 / Qwen2 / SmolLM pre-tokenizers via PCRE2).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,22 +23,55 @@ struct TokenizerData {
   std::vector<int> types;            // TokenType per token; empty = all Normal
   std::vector<std::string> merges;   // gpt2: "a b" in rank order
   int bos_id = -1, eos_id = -1, unk_id = -1;
-  bool add_bos = true;
+  int eot_id = -1, eom_id = -1;      // end of turn / end of message (tokenizer.ggml.eot_token_id, eom_token_id)
+  bool add_bos = true;               // encode(text, true) starts with BOS
+  bool add_eos = false;              // encode(text, true) ends with EOS
+  // The keys the file lacks whose values came from tokenizer_defaults() ("add_bos_token",
+  // "add_eos_token", "bos_token_id", "eos_token_id"), and what chose them ("pre-tokenizer llama-bpe").
+  std::vector<std::string> defaulted;
+  std::string defaults_for;
   bool add_space_prefix = true;      // llama: prepend a space to the text before encoding
   bool space_is_plain = false;       // llama2.c files spell space as ' ' rather than U+2581
 };
 
+// What a GGUF tokenizer means by the keys it lacks (tokenizer.ggml.add_bos_token, add_eos_token,
+// bos_token_id, eos_token_id), as llama.cpp reads such files:
+//   model llama (SentencePiece): add BOS, no EOS; BOS id 1, EOS id 2 (when inside the vocabulary).
+//   model gpt2 (byte-level BPE): no EOS; BOS added for the pre-tokenizers llama3, llama-v3,
+//     llama-bpe, falcon3, falcon-h1, pixtral, midm-2.0, lfm2, jina-v5-nano, tekken and chameleon,
+//     not for the others (default, gpt2, gpt-2, qwen2, smollm, starcoder, deepseek-*, ...). No default
+//     ids: llama.cpp's placeholder 11 for BPE files is a comma in most vocabularies, so a BPE file
+//     without bos_token_id has no BOS here.
+struct TokenizerDefaults {
+  bool add_bos = false;
+  bool add_eos = false;
+  int bos_id = -1, eos_id = -1;  // -1: no default id
+  std::string origin;            // what chose them: "tokenizer model llama", "pre-tokenizer llama-bpe"
+};
+TokenizerDefaults tokenizer_defaults(const std::string& model, const std::string& pre);
+
+// End of generation (EOG): the tokens after which a model has finished its answer. The engine
+// stops a sequence at any of them (and at a generated BOS). The set is, as llama.cpp builds it:
+// EOS, the end-of-turn and end-of-message ids the file names (eot_id, eom_id), and every control
+// or user-defined token whose text is one of end_of_turn_texts(). When a vocabulary has <|return|>
+// and <|call|> (gpt-oss's harmony format), its <|end|> ends a message, not the answer, and is left
+// out. A token of another type (normal text) is never taken by its text.
+const std::vector<std::string>& end_of_turn_texts();
+// The EOG ids of the data, ascending.
+std::vector<int> end_of_generation_ids(const TokenizerData& data);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Text to ids; prepends BOS when add_bos and the model has one. Text that spells a control
-  // token is encoded as ordinary text.
-  virtual std::vector<int> encode(std::string_view text, bool add_bos) const = 0;
+  // Text to ids; with add_special, prepends BOS when the model's add_bos is set and it has one, and
+  // appends EOS when its add_eos is set and it has one. Text that spells a control token is encoded
+  // as ordinary text.
+  virtual std::vector<int> encode(std::string_view text, bool add_special) const = 0;
   // As encode, but the text of every special token (types control, user-defined and unknown, e.g.
   // <|im_start|>, </s>) is matched verbatim and becomes that token, as llama.cpp's parse_special:
   // longest special tokens first, the text between them encoded on its own. For prompts rendered
   // by a chat template.
-  std::vector<int> encode_special(std::string_view text, bool add_bos) const;
+  std::vector<int> encode_special(std::string_view text, bool add_special) const;
   // The text of every control token (type control: <|im_start|>, <|eot_id|>, </s>, ...), longest
   // first: text that encode_special turns into a turn marker of a chat template.
   const std::vector<std::string>& control_tokens() const { return controls_; }
@@ -52,6 +86,28 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int bos() const = 0;
   virtual int eos() const = 0;
+  // The token's text as the vocabulary spells it (<|eot_id|>, "\xe2\x96\x81the"); piece() where the
+  // tokenizer keeps no vocabulary text.
+  virtual std::string token_text(int id) const { return piece(id); }
+  // The lowest id whose token_text is text, else the lowest id whose (non-empty) piece is text;
+  // -1 when none is.
+  int find_token(std::string_view text) const;
+  // The end-of-generation set (see end_of_generation_ids), ascending; add_eog() adds an id (a
+  // --stop-token) and makes this a new instance(). A tokenizer built without the data (no
+  // set_special_tokens) has an empty eog() and is_eog(id) is id == eos().
+  const std::vector<int>& eog() const { return eog_; }
+  bool is_eog(int id) const {
+    if (id < 0) return false;
+    if (eog_.empty()) return id == eos();
+    return std::binary_search(eog_.begin(), eog_.end(), id);
+  }
+  void add_eog(int id);
+  // The add_bos / add_eos settings encode follows, and the keys among add_bos_token, add_eos_token,
+  // bos_token_id, eos_token_id that were defaulted (TokenizerData::defaulted, defaults_for).
+  bool adds_bos() const { return adds_bos_; }
+  bool adds_eos() const { return adds_eos_; }
+  const std::vector<std::string>& defaulted() const { return defaulted_; }
+  const std::string& defaults_for() const { return defaults_for_; }
   virtual std::string kind() const = 0;  // "llama (SentencePiece BPE)" / "gpt2 (byte-level BPE, <pre>)"
   // A number no other tokenizer of this process has had: caches keyed by it (the vocabulary trie
   // of constrained decoding) never mistake a new tokenizer at a freed one's address for the old one.
@@ -64,6 +120,10 @@ class Tokenizer {
  private:
   std::vector<std::pair<std::string, int>> specials_;  // (text, id), longest first
   std::vector<std::string> controls_;                  // the control tokens' texts, longest first
+  std::vector<int> eog_;                               // ascending; empty until set_special_tokens
+  bool adds_bos_ = false, adds_eos_ = false;
+  std::vector<std::string> defaulted_;
+  std::string defaults_for_;
   static uint64_t next_instance();
   uint64_t instance_ = next_instance();
 };
