@@ -143,6 +143,9 @@ PreparedRun prepare_run(const PlanRequest& q) {
     if (resumed) check_resume_model(q, report, *run.model, model_path);  // the same bytes, wherever the file is now
     // --resume renders messages with the template the run started with (a --chat-template name).
     if (resumed && !q.given("--chat-template")) use_recorded_chat_template(*run.model, report.environment);
+    // ... and stops at the tokens it stopped at (environment.model.eog_tokens).
+    if (resumed && !q.given("--stop-token")) use_recorded_eog_tokens(*run.model, report.environment);
+    if (resumed) check_resume_eog_tokens(q, report, *run.model);
     validate_plan(plan, run.model->config.context_length);
     // A schema the model's vocabulary cannot spell is refused before anything runs.
     if (!plan.json_schema.is_null()) JsonConstraint(json_schema_of(plan), json_schema_where(plan), *run.model->tokenizer);

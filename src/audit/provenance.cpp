@@ -11,13 +11,22 @@
 namespace repro {
 
 nlohmann::json model_identity(const Model& model, const std::string& model_path) {
-  return {{"path", std::filesystem::absolute(model_path).string()},
-          {"sha256", model.file_sha256},
-          {"format", model.format},
-          {"arch", model.config.arch},
-          {"parameters", model.n_params},
-          {"tokenizer", model.tokenizer->kind()},
-          {"chat_template", model.chat_template.name}};
+  nlohmann::json m = {{"path", std::filesystem::absolute(model_path).string()},
+                      {"sha256", model.file_sha256},
+                      {"format", model.format},
+                      {"arch", model.config.arch},
+                      {"parameters", model.n_params},
+                      {"tokenizer", model.tokenizer->kind()},
+                      {"chat_template", model.chat_template.name}};
+  if (nlohmann::json eog = eog_record(*model.tokenizer); !eog.is_null()) m["eog_tokens"] = std::move(eog);
+  return m;
+}
+
+nlohmann::json eog_record(const Tokenizer& tok) {
+  // The tokens generation stops at, when they are more than the EOS alone (end-of-turn tokens of
+  // the vocabulary, --stop-token).
+  if (tok.eog().empty() || (tok.eog().size() == 1 && tok.eog()[0] == tok.eos())) return nullptr;
+  return tok.eog();
 }
 
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {

@@ -5,6 +5,7 @@
 
 #include "repro/audit/compare.hpp"
 #include "repro/audit/plan_options.hpp"
+#include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
@@ -217,6 +218,32 @@ void use_recorded_chat_template(Model& model, const nlohmann::json& environment)
   t.bos_token = model.chat_template.bos_token;
   t.origin = "--chat-template " + name + " (recorded in the report)";
   model.chat_template = t;
+}
+
+namespace {
+nlohmann::json recorded_eog_tokens(const nlohmann::json& environment) {
+  if (!environment.is_object() || !environment.contains("model") || !environment["model"].is_object()) return nullptr;
+  return environment["model"].value("eog_tokens", nlohmann::json());
+}
+}  // namespace
+
+void use_recorded_eog_tokens(Model& model, const nlohmann::json& environment) {
+  const nlohmann::json had = recorded_eog_tokens(environment);
+  if (!had.is_array()) return;
+  Tokenizer& tok = *model.tokenizer;
+  for (const auto& id : had)
+    if (id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < tok.vocab_size())
+      tok.add_eog(id.get<int>());
+}
+
+void check_resume_eog_tokens(const PlanRequest& q, const AuditReport& report, const Model& model) {
+  const nlohmann::json had = recorded_eog_tokens(report.environment);
+  const nlohmann::json now = eog_record(*model.tokenizer);
+  if (now == had) return;
+  auto text = [](const nlohmann::json& v) { return v.is_array() ? v.dump() : std::string("the EOS alone"); };
+  throw UsageError("--resume " + q.resume + ": the run stopped generation at tokens " + text(had) +
+                   ", this one would stop at " + text(now) +
+                   "; give the --stop-token flags the run was started with, or none");
 }
 
 }  // namespace repro

@@ -12,7 +12,7 @@
 #include "repro/audit/canary.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/audit/plan_options.hpp"
-#include "repro/audit/resume.hpp"  // use_recorded_chat_template
+#include "repro/audit/resume.hpp"  // use_recorded_chat_template, use_recorded_eog_tokens
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
 #include "repro/cli/replay.hpp"
@@ -185,6 +185,8 @@ int run_canary(const CanaryOptions& o) {
     // The baseline's chat template unless --chat-template changes it (a deliberate change under test).
     model = o.engine.load(model_path);
     if (!o.given("--chat-template")) use_recorded_chat_template(*model, env);
+    // ... and stops at the tokens it stopped at, on the baseline's model (another --model has its own).
+    if (!o.given("--model")) use_recorded_eog_tokens(*model, env);
     validate_plan(plan, model->config.context_length);
   }
 

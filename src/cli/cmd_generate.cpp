@@ -71,7 +71,7 @@ int run_generate(const GenerateOptions& o) {
   check_ranges(o);
   const EngineOptions eo = o.engine.engine_options();
   std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
-  auto model = load_model(resolve_model_spec(path), o.engine.tokenizer);
+  auto model = o.engine.load(path);
   GenRequest req;
   req.prompt = model->tokenizer->encode(o.prompt, true);
   req.params.max_tokens = o.max_tokens;
@@ -129,7 +129,9 @@ int run_generate(const GenerateOptions& o) {
 void setup_generate(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<GenerateOptions>();
   auto* sub = parent.add_subcommand("generate", "Generate one completion with the local engine");
-  add_engine_flags(*sub, o->engine);
+  EngineFlagSpec spec;
+  spec.stop_token = true;
+  add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (1 to 1048576)")->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "Decode inside a real batch of this many sequences (1 to 4096)")->capture_default_str();

@@ -39,6 +39,22 @@ int run_model_info(const ModelInfoOptions& o) {
   if (!ct.default_system.empty()) ct_line += ", default system message \"" + ct.default_system + "\"";
   if (ct.name == "llama3.1") ct_line += ", date " + ct.date;
   const Tokenizer& tok = *m->tokenizer;
+  // The end-of-generation set, and the tokenizer settings a missing key left to their defaults.
+  nlohmann::json eog = nlohmann::json::array();
+  std::string eog_line;
+  for (int id : tok.eog()) {
+    eog.push_back({{"id", id}, {"text", tok.token_text(id)}});
+    eog_line += fmt::format("{}{} {}", eog_line.empty() ? "" : ", ", id, printable(tok.token_text(id)));
+  }
+  if (eog_line.empty()) eog_line = tok.eos() >= 0 ? fmt::format("{} (EOS)", tok.eos()) : "none";
+  auto defaulted = [&](const char* key) {
+    for (const auto& k : tok.defaulted())
+      if (k == key) return true;
+    return false;
+  };
+  auto setting = [&](const char* key, const std::string& value) {
+    return defaulted(key) ? value + " (defaulted for " + tok.defaults_for() + "; the file has no key)" : value;
+  };
   if (o.json) {
     nlohmann::json types = nlohmann::json::object();
     for (const auto& [k, v] : m->tensor_types) types[k] = v;
@@ -63,7 +79,16 @@ int run_model_info(const ModelInfoOptions& o) {
         {"rms_eps", c.rms_eps},
         {"tied_output", m->output.empty()},
         {"tensor_types", types},
-        {"tokenizer", {{"kind", tok.kind()}, {"vocab_size", tok.vocab_size()}, {"bos", tok.bos()}, {"eos", tok.eos()}}},
+        {"tokenizer",
+         {{"kind", tok.kind()},
+          {"vocab_size", tok.vocab_size()},
+          {"bos", tok.bos()},
+          {"eos", tok.eos()},
+          {"add_bos", tok.adds_bos()},
+          {"add_eos", tok.adds_eos()},
+          {"eog", eog},
+          {"defaulted", tok.defaulted()},
+          {"defaults_for", tok.defaults_for()}}},
         {"n_params", m->n_params},
         {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes},
                     {"total_bytes", m->mapped_bytes + m->owned_bytes}}},
@@ -94,6 +119,11 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("output:          {}\n", m->output.empty() ? "tied to token_embd" : "separate");
   fmt::print("tensor types:    {}\n", types);
   fmt::print("tokenizer:       {}, {} tokens, bos {}, eos {}\n", tok.kind(), tok.vocab_size(), tok.bos(), tok.eos());
+  if (defaulted("bos_token_id")) fmt::print("bos_token_id:    {}\n", setting("bos_token_id", std::to_string(tok.bos())));
+  if (defaulted("eos_token_id")) fmt::print("eos_token_id:    {}\n", setting("eos_token_id", std::to_string(tok.eos())));
+  fmt::print("add_bos_token:   {}\n", setting("add_bos_token", tok.adds_bos() ? "true" : "false"));
+  fmt::print("add_eos_token:   {}\n", setting("add_eos_token", tok.adds_eos() ? "true" : "false"));
+  fmt::print("eog tokens:      {}\n", eog_line);
   fmt::print("parameters:      {}\n", m->n_params);
   fmt::print("weights memory:  {:.1f} MiB in memory: {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
              (m->mapped_bytes + m->owned_bytes) / 1048576.0, m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);

@@ -93,6 +93,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   EngineFlagSpec engine_spec;
   engine_spec.mode = false;  // --modes, a list in the plan
   engine_spec.chat_template = true;
+  engine_spec.stop_token = true;
   add_engine_flags(*s, o->engine, engine_spec);
   s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
       ->capture_default_str();

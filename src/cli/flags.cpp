@@ -31,7 +31,32 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
     sub.add_option("--chat-template", f.chat_template,
                    "Chat template for `messages` prompts on the local engine: " + chat_template_names() +
                        ", or a file holding a Jinja chat template (default: the model's tokenizer.chat_template)");
+  if (spec.stop_token)
+    sub.add_option("--stop-token", f.stop_tokens,
+                   "A token that ends generation besides the model's end-of-generation set (`model info` lists it): "
+                   "its id, or its text as the vocabulary spells it (repeatable)")
+        ->type_name("ID|TEXT");
 }
+
+namespace {
+
+// --stop-token ID|TEXT: a decimal id inside the vocabulary, else a token's text (find_token).
+int stop_token_id(const Tokenizer& tok, const std::string& arg) {
+  const int n = tok.vocab_size();
+  const bool digits = !arg.empty() && arg.find_first_not_of("0123456789") == std::string::npos;
+  if (digits) {
+    if (arg.size() > 10 || std::stoll(arg) >= n)
+      throw UsageError("--stop-token " + arg + ": no such token id; the vocabulary has ids 0.." + std::to_string(n - 1));
+    return std::stoi(arg);
+  }
+  const int id = tok.find_token(arg);
+  if (id < 0)
+    throw UsageError("--stop-token '" + arg + "': no token of the vocabulary has this text; give a token id (0.." +
+                     std::to_string(n - 1) + ") or a token's text as the vocabulary spells it, e.g. <|eot_id|>");
+  return id;
+}
+
+}  // namespace
 
 std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   // The option is checked before the model is read, so a typo fails fast.
@@ -43,6 +68,7 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
     tmpl.bos_token = m->chat_template.bos_token;
     m->chat_template = tmpl;
   }
+  for (const std::string& t : stop_tokens) m->tokenizer->add_eog(stop_token_id(*m->tokenizer, t));
   return m;
 }
 

@@ -99,7 +99,7 @@ GenResult beam_search(Forward& fwd, const Model& model, const std::vector<int>& 
         nb.tokens.push_back(cd.token);
         nb.logprobs.push_back(cd.logprob);
         nb.score = cd.score;
-        if (tok && (cd.token == tok->eos() || cd.token == tok->bos())) nb.done = true;
+        if (tok && (tok->is_eog(cd.token) || cd.token == tok->bos())) nb.done = true;
       }
       if (!nb.done) {  // a live beam continues from its parent's cache: positions 0..pos-1
         nb.slot = fwd.acquire_slot(need);

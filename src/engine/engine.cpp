@@ -155,13 +155,20 @@ std::vector<int> Engine::step() {
     if (p.json_schema && tok) {
       const JsonSchema& js = p.json_schema->schema;
       int n = p.json_schema->trie->allowed(js, s->json, s->allowed);
-      if (js.complete(s->json) && tok->eos() >= 0) {
-        s->allowed[static_cast<size_t>(tok->eos())] = 1;
-        ++n;
+      if (js.complete(s->json)) {  // a complete document may end at any end-of-generation token
+        for (int id : tok->eog())
+          if (!s->allowed[static_cast<size_t>(id)]) {
+            s->allowed[static_cast<size_t>(id)] = 1;
+            ++n;
+          }
+        if (tok->eog().empty() && tok->eos() >= 0 && !s->allowed[static_cast<size_t>(tok->eos())]) {
+          s->allowed[static_cast<size_t>(tok->eos())] = 1;
+          ++n;
+        }
       }
       if (n == 0) {
         finish = true;
-        reason = js.complete(s->json) ? "stop" : "schema";  // complete without an EOS token, or a dead end
+        reason = js.complete(s->json) ? "stop" : "schema";  // complete without an EOG token, or a dead end
       } else {
         s->masked.assign(lg, lg + vocab);
         for (int i = 0; i < vocab; ++i)
@@ -184,9 +191,10 @@ std::vector<int> Engine::step() {
         static const std::vector<TokenLogprob> kNone;
         on_token(s->handle, next, lp, p.top_logprobs > 0 ? s->result.top_logprobs.back() : kNone);
       }
-      // A generated EOS ends the sequence; so does a generated BOS (a new document begins: the
-      // TinyStories models separate stories with BOS).
-      const bool eos = tok && (next == tok->eos() || (next == tok->bos() && tok->bos() >= 0));
+      // A generated end-of-generation token (EOS, end of turn, a --stop-token: Tokenizer::eog())
+      // ends the sequence; so does a generated BOS (a new document begins: the TinyStories models
+      // separate stories with BOS).
+      const bool eos = tok && (tok->is_eog(next) || (next == tok->bos() && tok->bos() >= 0));
       if (eos && (p.stop_at_eos || p.json_schema)) {
         finish = true;
         reason = "stop";

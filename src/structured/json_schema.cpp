@@ -880,7 +880,7 @@ bool JsonSchema::validate(const std::string& text) const {
 TokenTrie::TokenTrie(const Tokenizer& tok) : vocab_(tok.vocab_size()) {
   nodes_.emplace_back();
   for (int id = 0; id < vocab_; ++id) {
-    if (id == tok.bos() || id == tok.eos()) continue;
+    if (id == tok.bos() || tok.is_eog(id)) continue;  // they end the text, never spell it
     const std::string p = tok.piece(id);
     if (p.empty()) continue;
     int at = 0;
@@ -1009,7 +1009,7 @@ JsonConstraint::JsonConstraint(const nlohmann::json& s, std::string where, const
   std::set<unsigned char> single;
   for (int id = 0; id < tok.vocab_size(); ++id) {
     std::string p = tok.piece(id);
-    if (p.size() == 1 && id != tok.bos() && id != tok.eos()) single.insert(static_cast<unsigned char>(p[0]));
+    if (p.size() == 1 && id != tok.bos() && !tok.is_eog(id)) single.insert(static_cast<unsigned char>(p[0]));
   }
   for (char ch : doc)
     if (!single.count(static_cast<unsigned char>(ch)))

@@ -15,6 +15,9 @@ namespace repro {
 
 // Model identity: absolute path, file SHA-256, format, architecture, parameter count, tokenizer kind.
 nlohmann::json model_identity(const Model& model, const std::string& model_path);
+// The end-of-generation ids (Tokenizer::eog) as environment.model.eog_tokens records them: an array,
+// or null when the set is the EOS alone (the record then leaves the key out).
+nlohmann::json eog_record(const Tokenizer& tok);
 // The endpoints as configured: label, URL (credentials redacted), API model, API, provider, stream,
 // and the SHA-256 of the extra body when there is one (extra_body_sha256). Never the API key.
 nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints);

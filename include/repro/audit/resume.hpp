@@ -33,4 +33,12 @@ void check_resume_model(const PlanRequest& request, const AuditReport& report, c
 // recorded or the model already has that template.
 void use_recorded_chat_template(Model& model, const nlohmann::json& environment);
 
+// The end-of-generation set a run stopped at (environment.model.eog_tokens; absent: the EOS alone):
+// its ids are added to a freshly loaded model's set, so that a resumed run or a canary stops where
+// the original run did. No-op when nothing was recorded.
+void use_recorded_eog_tokens(Model& model, const nlohmann::json& environment);
+// A resumed local run stops at the tokens the run stopped at: after use_recorded_eog_tokens
+// (without --stop-token), or with --stop-token giving the same set; UsageError otherwise.
+void check_resume_eog_tokens(const PlanRequest& request, const AuditReport& report, const Model& model);
+
 }  // namespace repro

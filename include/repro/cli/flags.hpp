@@ -1,5 +1,5 @@
 // The engine flags, declared once and shared by generate, run, bench and serve:
-//   --model --tokenizer --device --mode --threads --precision --chat-template
+//   --model --tokenizer --device --mode --threads --precision --chat-template --stop-token
 // Each subcommand says which variant it takes (EngineFlagSpec); the names, help texts and parsing
 // live in src/cli/flags.cpp only.
 #pragma once
@@ -21,6 +21,7 @@ struct EngineFlags {
   std::string precision = "f32";
   std::string threads = "1";
   std::string chat_template;  // --chat-template NAME|FILE (where the spec offers it)
+  std::vector<std::string> stop_tokens;  // --stop-token ID|TEXT (repeatable, where the spec offers it)
 
   std::string model() const { return models.empty() ? std::string() : models.front(); }
   // device, mode, one thread count and precision, parsed; UsageError names the flag.
@@ -30,7 +31,9 @@ struct EngineFlags {
   int thread_count() const;                // --threads as one number >= 1
   std::vector<int> thread_counts() const;  // --threads as a comma-separated list (bench)
   // The model at `path` (llama2.c: with --tokenizer; synth:NAME: the named synthesized model, see
-  // repro/model/synth.hpp), its chat template replaced by --chat-template when given.
+  // repro/model/synth.hpp), its chat template replaced by --chat-template when given, each
+  // --stop-token added to its end-of-generation set (Tokenizer::add_eog; UsageError naming the flag
+  // for an id outside the vocabulary or a text no token has).
   std::unique_ptr<Model> load(const std::string& path) const;
 };
 
@@ -40,6 +43,7 @@ struct EngineFlagSpec {
   bool mode = true;               // false: the subcommand takes its modes elsewhere (run --modes, bench: both)
   bool threads_list = false;      // bench: --threads is a comma-separated list
   bool chat_template = false;     // run, serve: --chat-template for `messages` prompts
+  bool stop_token = false;        // generate, run, serve: --stop-token adds to the end-of-generation set
   const char* model_help =
       "GGUF or llama2.c .bin model, or a synthesized model synth:100m | synth:100m-long | synth:long (default: the "
       "embedded stories260K)";

@@ -24,7 +24,7 @@ struct DecodeParams {
   float top_p = 1.0f;        // 1 = off
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings (text); the match is cut from the output
-  bool stop_at_eos = true;
+  bool stop_at_eos = true;        // stop at an end-of-generation token (Tokenizer::eog()) or a BOS
   int top_logprobs = 0;           // > 0: also record the this-many most likely tokens at each step
   // false: skip the vocabulary-wide log-softmax of each step (the chosen token's logprob, the step
   // stats and top logprobs), as production engines do unless a client asks for logprobs: GenResult's
@@ -72,7 +72,7 @@ struct GenResult {
   std::vector<StepStats> steps;  // per generated token (beam search: empty)
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per step, when params.top_logprobs > 0
   std::string text;              // decoded generated text
-  std::string finish_reason;     // "stop" (EOS / stop string) or "length"
+  std::string finish_reason;     // "stop" (end-of-generation token / stop string) or "length"
   std::string logits_sha256;     // SHA-256 of the final step's logits bits (vocab float32, LE)
   double latency_s = 0;          // from join to finish
   int prompt_tokens = 0;
