@@ -76,6 +76,26 @@ inline std::string slurp_dir(const std::filesystem::path& dir) {
   return all;
 }
 
+// GPT-2's byte alphabet, written out again for the tests: printable bytes are themselves, the other 68
+// bytes are U+0100.. in byte order.
+inline std::string gpt2_char(int b) {
+  int cp = b;
+  if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
+    int n = 0;
+    for (int k = 0; k < b; ++k)
+      if (!((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF))) ++n;
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
 }  // namespace repro::test
 
 // Use at the top of a TEST_CASE that needs ../shared/models.

@@ -32,23 +32,7 @@ namespace {
 
 constexpr int kVocab = 340;
 
-// GPT-2's byte alphabet: printable bytes are themselves, the other 68 are U+0100.. in byte order.
-std::string gpt2_char(int b) {
-  auto printable = [](int k) { return (k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF); };
-  int cp = b;
-  if (!printable(b)) {
-    cp = 256;
-    for (int k = 0; k < b; ++k) cp += printable(k) ? 0 : 1;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
+using test::gpt2_char;
 
 // The vocabulary: <|eot_id|> first (the token the forced model emits), byte b at id b + 1, the
 // merges' results, then the special tokens and fillers up to kVocab.
@@ -90,29 +74,20 @@ TokenizerData bpe_data(const std::string& pre = "llama-bpe") {
   d.merges = kMerges;
   d.bos_id = BOT;
   d.eos_id = EOTEXT;
-  d.add_bos = false;
-  d.add_space_prefix = false;
   return d;
 }
 
-// A small synthesized llama model (kVocab tokens) with its tokenizer keys replaced by `tok` (no
-// add_bos_token, add_eos_token, eot_token_id keys unless `extra` adds them) and, when `forced`,
-// a zero output norm.
-std::string bpe_model(const TokenizerData& tok, bool forced, const std::function<void(Writer&)>& extra = {}) {
+// A small synthesized llama model of kVocab tokens, its metadata keys filtered by `keep` and
+// `extra` added; `forced`: a zero output norm (every logit 0, so greedy decoding emits token 0).
+std::string edited_synth(const std::function<bool(const std::string&)>& keep, const std::function<void(Writer&)>& extra,
+                         bool forced) {
   SynthOptions o;
   o.dim = 16, o.hidden_dim = 24, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = kVocab;
   const std::string bytes = synth_model(o);
   File f = parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
   Writer w;
   for (const auto& [k, v] : f.kv)
-    if (k.rfind("tokenizer.", 0) != 0) w.add(k, v);
-  w.add("tokenizer.ggml.model", Value::string(tok.model));
-  w.add("tokenizer.ggml.pre", Value::string(tok.pre));
-  w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
-  w.add("tokenizer.ggml.token_type", Value::i32_array(std::vector<int32_t>(tok.types.begin(), tok.types.end())));
-  w.add("tokenizer.ggml.merges", Value::string_array(tok.merges));
-  w.add("tokenizer.ggml.bos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.bos_id)));
-  w.add("tokenizer.ggml.eos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.eos_id)));
+    if (keep(k)) w.add(k, v);
   if (extra) extra(w);
   for (const auto& t : f.tensors) {
     std::string data(reinterpret_cast<const char*>(f.data(t)), t.n_bytes);
@@ -122,21 +97,26 @@ std::string bpe_model(const TokenizerData& tok, bool forced, const std::function
   return w.serialize();
 }
 
-// The default synthesized (SentencePiece) model with a zero output norm: it emits token 0, <unk>,
-// which is no end of generation.
+// Its tokenizer keys replaced by `tok` (no add_bos_token, add_eos_token, eot_token_id keys unless
+// `extra` adds them).
+std::string bpe_model(const TokenizerData& tok, bool forced, const std::function<void(Writer&)>& extra = {}) {
+  auto keys = [&](Writer& w) {
+    w.add("tokenizer.ggml.model", Value::string(tok.model));
+    w.add("tokenizer.ggml.pre", Value::string(tok.pre));
+    w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
+    w.add("tokenizer.ggml.token_type", Value::i32_array(std::vector<int32_t>(tok.types.begin(), tok.types.end())));
+    w.add("tokenizer.ggml.merges", Value::string_array(tok.merges));
+    w.add("tokenizer.ggml.bos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.bos_id)));
+    w.add("tokenizer.ggml.eos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.eos_id)));
+    if (extra) extra(w);
+  };
+  return edited_synth([](const std::string& k) { return k.rfind("tokenizer.", 0) != 0; }, keys, forced);
+}
+
+// The synthesized (SentencePiece) model with a zero output norm: it emits token 0, <unk>, which is
+// no end of generation.
 std::string forced_spm_model() {
-  SynthOptions o;
-  o.dim = 16, o.hidden_dim = 24, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = kVocab;
-  const std::string bytes = synth_model(o);
-  File f = parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
-  Writer w;
-  for (const auto& [k, v] : f.kv) w.add(k, v);
-  for (const auto& t : f.tensors) {
-    std::string data(reinterpret_cast<const char*>(f.data(t)), t.n_bytes);
-    if (t.name == "output_norm.weight") data.assign(data.size(), '\0');
-    w.add_tensor(t.name, t.ne, t.type, std::move(data));
-  }
-  return w.serialize();
+  return edited_synth([](const std::string&) { return true; }, {}, true);
 }
 
 std::string write(const std::string& name, const std::string& bytes) {
@@ -256,17 +236,13 @@ TEST_CASE("eog: a Llama 3 style GGUF without add_bos_token adds BOS; the file's 
 }
 
 TEST_CASE("eog: a SentencePiece GGUF without bos/eos ids takes 1 and 2") {
-  SynthOptions o;
-  o.dim = 16, o.hidden_dim = 24, o.n_layers = 1, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = kVocab;
-  const std::string bytes = synth_model(o);
-  File f = parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
-  Writer w;
-  for (const auto& [k, v] : f.kv)
-    if (k != "tokenizer.ggml.bos_token_id" && k != "tokenizer.ggml.eos_token_id" && k != "tokenizer.ggml.add_bos_token")
-      w.add(k, v);
-  for (const auto& t : f.tensors)
-    w.add_tensor(t.name, t.ne, t.type, std::string(reinterpret_cast<const char*>(f.data(t)), t.n_bytes));
-  auto m = load_model(write("spm-no-ids", w.serialize()));
+  auto m = load_model(write("spm-no-ids", edited_synth(
+                                               [](const std::string& k) {
+                                                 return k != "tokenizer.ggml.bos_token_id" &&
+                                                        k != "tokenizer.ggml.eos_token_id" &&
+                                                        k != "tokenizer.ggml.add_bos_token";
+                                               },
+                                               {}, false)));
   CHECK(m->tokenizer->bos() == 1);
   CHECK(m->tokenizer->eos() == 2);
   CHECK(m->tokenizer->encode("the", true).front() == 1);

@@ -10,6 +10,7 @@
 #include "repro/common/error.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 #include "repro/tokenizer/internal.hpp"
+#include "test_util.hpp"
 
 using namespace repro;
 
@@ -338,25 +339,7 @@ TEST_CASE("spm: inconsistent data is a usage error") {
 
 namespace {
 
-// GPT-2's byte alphabet, written out again here: printable bytes are themselves, the other 68
-// bytes are U+0100.. in byte order.
-std::string gpt2_char(int b) {
-  int cp = b;
-  if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
-    int n = 0;
-    for (int k = 0; k < b; ++k)
-      if (!((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF))) ++n;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
+using test::gpt2_char;
 
 // 256 byte tokens (id = byte), then the results of `merges` in order, then extra tokens.
 TokenizerData bpe_data(const Strs& merges, const std::string& pre = "gpt2") {
