@@ -6,18 +6,33 @@ PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev d
       libsqlite3-dev)
 # Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check,
 # the openssl and sqlite3 command lines and securesystemslib (independent checks of signed reports
-# and of the archive), Node.js for the OpenAI client test (its npm package `openai` is not a Debian
-# package: `npm install openai` in ../.npm-openai; the test skips without it).
+# and of the archive), Node.js and npm for the OpenAI client test, whose npm package `openai` (not a
+# Debian package) goes into .npm-openai beside the checkout, outside the repository; the test skips
+# with a message where it is missing.
+TEST=0
 if [ "${1:-}" = "--test" ]; then
+  TEST=1
   PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib nodejs)
+  # Debian's nodejs comes without npm; a Node.js that has its own npm needs no package.
+  command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "deps: installing ${missing[*]}" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "deps: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "$TEST" = 1 ]; then
+  NPM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.npm-openai"
+  if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+    echo "deps: npm install openai@6 into $NPM_DIR" >&2
+    mkdir -p "$NPM_DIR"
+    npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error openai@6 >/dev/null ||
+      echo "deps: npm install openai failed (no npm registry?); the OpenAI client test will skip" >&2
+  fi
+fi

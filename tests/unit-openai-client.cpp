@@ -2,7 +2,7 @@
 // The official OpenAI Node.js client (npm package `openai`, tests/scripts/openai_client.cjs) against
 // `serve` on loopback: models list, chat, chat streaming, completions, top_logprobs / logprobs N and a
 // 400 error. Needs `node` and the package: REPRO_OPENAI_NODE_MODULES names its node_modules folder
-// (default: .npm-openai/node_modules beside the checkout, made by `npm install openai` there);
+// (default: .npm-openai/node_modules beside the checkout, made by `scripts/deps.sh --test`);
 // without them the test skips with a message.
 #include <doctest/doctest.h>
 
@@ -26,9 +26,9 @@ TEST_CASE(
     return;
   }
   if (!fs::exists(modules / "openai" / "package.json")) {
-    MESSAGE("SKIPPED: the npm package 'openai' not found in " << modules.string()
-                                                              << "; run `npm install openai` there or set "
-                                                                 "REPRO_OPENAI_NODE_MODULES");
+    MESSAGE("SKIPPED: the npm package 'openai' not found in "
+            << modules.string() << "; run `scripts/deps.sh --test` (npm install openai@6 there) or set "
+            << "REPRO_OPENAI_NODE_MODULES");
     return;
   }
   auto model = load_model((dir / "stories260K.gguf").string());
