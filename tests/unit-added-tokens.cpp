@@ -1,12 +1,16 @@
 // Added tokens: user-defined tokens (<think>, <tool_call>) are matched in all text, longest first,
 // before the BPE split; control tokens (<|im_start|>) only with special parsing (encode_special,
 // --parse-special), as llama.cpp and Hugging Face encode them. On a byte-level BPE vocabulary built
-// here.
+// here, and through `generate` and serve's request parsing on a GGUF file holding it.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "repro/common/util.hpp"
+#include "repro/model/model.hpp"
+#include "repro/serve/api.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 #include "test_gguf.hpp"
 #include "test_util.hpp"
@@ -101,4 +105,56 @@ TEST_CASE("added tokens: control-token text is matched only with special parsing
   CHECK(tok->encode("<|im_end|>", false) == bytes("<|im_end|>"));
   CHECK(tok->encode_special("<|im_end|>", false) == Ids{IMEND});
   CHECK(tok->decode(plain) == text);
+}
+
+TEST_CASE("added tokens: generate matches user-defined tokens, and control tokens with --parse-special") {
+  const auto path = test::scratch_dir("added-tokens") / "m.gguf";
+  write_file_atomic(path.string(), test::bpe_model(added_data(), true));
+  auto prompt_ids = [&](const std::string& extra) {
+    const auto r = test::run_cli("generate --model '" + path.string() +
+                                 "' --prompt '<|im_start|>Hello<think>' --max-tokens 1 --json " + extra);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.output);
+    CHECK(j["tokens"] == nlohmann::json(Ids{IMEND}));  // the forced model ends its turn at once
+    return j["prompt_ids"].get<Ids>();
+  };
+  CHECK(prompt_ids("") == cat({bytes("<|im_start|>"), Ids{Hello, THINK}}));
+  CHECK(prompt_ids("--parse-special") == Ids{IMSTART, Hello, THINK});
+  const auto help = test::run_cli("generate --help");
+  CHECK(help.output.find("--parse-special") != std::string::npos);
+}
+
+TEST_CASE("added tokens: serve's /v1/completions parses control-token text under --parse-special") {
+  const auto path = test::scratch_dir("added-tokens-serve") / "m.gguf";
+  write_file_atomic(path.string(), test::bpe_model(added_data(), false));
+  auto m = load_model(path.string());
+  serve::ApiContext cx;
+  cx.model = m.get();
+  cx.name = "m";
+  const nlohmann::json body = {{"model", "m"}, {"prompt", "<|im_start|>Hello<think>"}, {"max_tokens", 1}};
+  CHECK(serve::parse_request(cx, body, false).gen.prompt == cat({bytes("<|im_start|>"), Ids{Hello, THINK}}));
+  cx.parse_special = true;
+  CHECK(serve::parse_request(cx, body, false).gen.prompt == Ids{IMSTART, Hello, THINK});
+}
+
+TEST_CASE("added tokens: run --parse-special encodes completion prompts so, and the report's plan says which rule") {
+  const auto path = test::scratch_dir("added-tokens-run") / "m.gguf";
+  write_file_atomic(path.string(), test::bpe_model(added_data(), true));
+  auto run = [&](const std::string& name, const std::string& extra) {
+    const auto dir = test::scratch_dir("added-tokens-run-" + name) / "out";
+    const auto r = test::run_cli("run --model '" + path.string() + "' --prompt '<|im_start|>Hello<think>' " +
+                                 "--modes batch-invariant --precisions f32 --batch-sizes 1 --max-tokens 2 --repeats 1 --quiet --out '" +
+                                 dir.string() + "' " + extra);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(test::slurp(dir / "report.json"));
+  };
+  auto plain = run("plain", "");
+  CHECK(plain["plan"]["parse_special"] == false);
+  REQUIRE(!plain["completions"].empty());
+  for (const auto& c : plain["completions"]) CHECK(c["prompt_tokens"] == 14);  // 12 bytes, Hello, <think>
+  auto special = run("special", "--parse-special");
+  CHECK(special["plan"]["parse_special"] == true);
+  REQUIRE(!special["completions"].empty());
+  for (const auto& c : special["completions"]) CHECK(c["prompt_tokens"] == 3);  // <|im_start|>, Hello, <think>
 }
