@@ -21,6 +21,7 @@
 #include "repro/model/synth.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
+#include "test_gguf.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -31,8 +32,6 @@ using Strs = std::vector<std::string>;
 namespace {
 
 constexpr int kVocab = 340;
-
-using test::gpt2_char;
 
 // The vocabulary: <|eot_id|> first (the token the forced model emits), byte b at id b + 1, the
 // merges' results, then the special tokens and fillers up to kVocab.
@@ -51,72 +50,23 @@ enum : int {
 };
 
 TokenizerData bpe_data(const std::string& pre = "llama-bpe") {
-  TokenizerData d;
-  d.model = "gpt2";
-  d.pre = pre;
-  auto add = [&](const std::string& t, TokenType type) {
-    d.tokens.push_back(t);
-    d.types.push_back(static_cast<int>(type));
-  };
-  add("<|eot_id|>", TokenType::Control);
-  for (int b = 0; b < 256; ++b) add(gpt2_char(b), TokenType::Normal);
-  for (const auto& m : kMerges) {
-    const auto sp = m.find(' ');
-    add(m.substr(0, sp) + m.substr(sp + 1), TokenType::Normal);
-  }
-  add("<|begin_of_text|>", TokenType::Control);
-  add("<|end_of_text|>", TokenType::Control);
-  add("<|eom_id|>", TokenType::Control);
-  add("<|im_end|>", TokenType::Control);
-  add("<|endoftext|>", TokenType::Normal);
-  add("<|start_header_id|>", TokenType::Control);
-  for (int i = 0; static_cast<int>(d.tokens.size()) < kVocab; ++i) add("<filler " + std::to_string(i) + ">", TokenType::Normal);
-  d.merges = kMerges;
-  d.bos_id = BOT;
-  d.eos_id = EOTEXT;
-  return d;
+  return test::bpe_vocab(pre, {"<|eot_id|>", TokenType::Control}, kMerges,
+                         {{"<|begin_of_text|>", TokenType::Control},
+                          {"<|end_of_text|>", TokenType::Control},
+                          {"<|eom_id|>", TokenType::Control},
+                          {"<|im_end|>", TokenType::Control},
+                          {"<|endoftext|>", TokenType::Normal},
+                          {"<|start_header_id|>", TokenType::Control}},
+                         kVocab, BOT, EOTEXT);
 }
 
-// A small synthesized llama model of kVocab tokens, its metadata keys filtered by `keep` and
-// `extra` added; `forced`: a zero output norm (every logit 0, so greedy decoding emits token 0).
-std::string edited_synth(const std::function<bool(const std::string&)>& keep, const std::function<void(Writer&)>& extra,
-                         bool forced) {
-  SynthOptions o;
-  o.dim = 16, o.hidden_dim = 24, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.vocab_size = kVocab;
-  const std::string bytes = synth_model(o);
-  File f = parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
-  Writer w;
-  for (const auto& [k, v] : f.kv)
-    if (keep(k)) w.add(k, v);
-  if (extra) extra(w);
-  for (const auto& t : f.tensors) {
-    std::string data(reinterpret_cast<const char*>(f.data(t)), t.n_bytes);
-    if (forced && t.name == "output_norm.weight") data.assign(data.size(), '\0');  // f32 zeros
-    w.add_tensor(t.name, t.ne, t.type, std::move(data));
-  }
-  return w.serialize();
-}
-
-// Its tokenizer keys replaced by `tok` (no add_bos_token, add_eos_token, eot_token_id keys unless
-// `extra` adds them).
-std::string bpe_model(const TokenizerData& tok, bool forced, const std::function<void(Writer&)>& extra = {}) {
-  auto keys = [&](Writer& w) {
-    w.add("tokenizer.ggml.model", Value::string(tok.model));
-    w.add("tokenizer.ggml.pre", Value::string(tok.pre));
-    w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
-    w.add("tokenizer.ggml.token_type", Value::i32_array(std::vector<int32_t>(tok.types.begin(), tok.types.end())));
-    w.add("tokenizer.ggml.merges", Value::string_array(tok.merges));
-    w.add("tokenizer.ggml.bos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.bos_id)));
-    w.add("tokenizer.ggml.eos_token_id", Value::u(ValueType::UINT32, static_cast<uint64_t>(tok.eos_id)));
-    if (extra) extra(w);
-  };
-  return edited_synth([](const std::string& k) { return k.rfind("tokenizer.", 0) != 0; }, keys, forced);
-}
+using test::bpe_model;
+using test::edited_synth;
 
 // The synthesized (SentencePiece) model with a zero output norm: it emits token 0, <unk>, which is
 // no end of generation.
 std::string forced_spm_model() {
-  return edited_synth([](const std::string&) { return true; }, {}, true);
+  return edited_synth(kVocab, [](const std::string&) { return true; }, {}, true);
 }
 
 std::string write(const std::string& name, const std::string& bytes) {
@@ -236,7 +186,7 @@ TEST_CASE("eog: a Llama 3 style GGUF without add_bos_token adds BOS; the file's 
 }
 
 TEST_CASE("eog: a SentencePiece GGUF without bos/eos ids takes 1 and 2") {
-  auto m = load_model(write("spm-no-ids", edited_synth(
+  auto m = load_model(write("spm-no-ids", edited_synth(kVocab,
                                                [](const std::string& k) {
                                                  return k != "tokenizer.ggml.bos_token_id" &&
                                                         k != "tokenizer.ggml.eos_token_id" &&

@@ -213,6 +213,7 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"concurrency", {1, 16}},
       {"cache_probe", false},
       {"allow_control_tokens", true},
+      {"parse_special", true},
       {"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}}},
       {"retry_invalid", 2},
   };

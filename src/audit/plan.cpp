@@ -169,6 +169,8 @@ PlanOptions plan_from_report(const AuditReport& r) {
     if (!v && std::string(opt.report_key) == "retry_invalid") v = &kNoRetry;
     // ... and refused control-token text in chat content (they did not check for it).
     if (!v && std::string(opt.report_key) == "allow_control_tokens") v = &kNo;
+    // ... and encoded control-token text of completion prompts as text.
+    if (!v && std::string(opt.report_key) == "parse_special") v = &kNo;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;

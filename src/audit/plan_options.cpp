@@ -242,6 +242,13 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.allow_control_tokens); },
      [](PlanOptions& o, const json& v) { o.allow_control_tokens = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"parse_special", OptionType::Bool, "--parse-special", "parse_special", "parse_special",
+     "Completion prompts match special-token text: <|im_start|> becomes that control token, as Hugging "
+     "Face, vLLM's /v1/completions and llama.cpp's server encode it (default: encoded as text; user-defined "
+     "tokens such as <think> are matched either way)", true,
+     [](const PlanOptions& o) { return json(o.parse_special); },
+     [](PlanOptions& o, const json& v) { o.parse_special = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
   };
   return table;
 }

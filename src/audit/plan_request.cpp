@@ -56,8 +56,11 @@ PlanOptions build_plan(const PlanRequest& q) {
 // batch mate (prompt_tokens plus the largest prompt delta, one token generated at least).
 int context_needed(const PlanOptions& plan, const Model& model) {
   int need = 0;
-  for (const auto& p : plan.prompts)
-    need = std::max(need, static_cast<int>(model.tokenizer->encode(p.text, true).size()) + plan.max_tokens);
+  const Tokenizer& tok = *model.tokenizer;
+  for (const auto& p : plan.prompts) {
+    const auto ids = plan.parse_special ? tok.encode_special(p.text, true) : tok.encode(p.text, true);
+    need = std::max(need, static_cast<int>(ids.size()) + plan.max_tokens);
+  }
   const int max_batch = plan.batch_sizes.empty() ? 1 : *std::max_element(plan.batch_sizes.begin(), plan.batch_sizes.end());
   if (max_batch > 1 && plan.prompt_tokens > 0) {
     const int delta = *std::max_element(plan.mate_prompt_deltas.begin(), plan.mate_prompt_deltas.end());

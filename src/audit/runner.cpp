@@ -164,7 +164,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   std::set<std::string> done;
   for (const auto& c : report.completions) done.insert(cell_key(c));
   // Chat prompts are rendered with the model's chat template (the plain format keeps the plan's
-  // text); a template's special tokens are matched verbatim (Tokenizer::encode_special).
+  // text); a template's special tokens are matched verbatim (Tokenizer::encode_special), and so are
+  // those of completion prompts under --parse-special.
   const bool templated = model.chat_template.name != "plain";
   std::vector<std::string> texts;
   for (const auto& p : plan.prompts) {
@@ -215,8 +216,9 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   std::vector<std::vector<int>> prompt_ids;
   for (size_t i = 0; i < plan.prompts.size(); ++i) {
     const auto& p = plan.prompts[i];
-    const bool chat = templated && p.messages.is_array() && !p.messages.empty();
-    prompt_ids.push_back(chat ? model.tokenizer->encode_special(texts[i], true) : model.tokenizer->encode(texts[i], true));
+    const bool messages = p.messages.is_array() && !p.messages.empty();
+    const bool special = messages ? templated : plan.parse_special;
+    prompt_ids.push_back(special ? model.tokenizer->encode_special(texts[i], true) : model.tokenizer->encode(texts[i], true));
   }
   for (size_t i = 0; i < plan.prompts.size(); ++i)
     if (static_cast<int>(prompt_ids[i].size()) + plan.max_tokens > model.config.context_length)

@@ -73,7 +73,8 @@ int run_generate(const GenerateOptions& o) {
   std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
   auto model = o.engine.load(path);
   GenRequest req;
-  req.prompt = model->tokenizer->encode(o.prompt, true);
+  req.prompt = o.engine.parse_special ? model->tokenizer->encode_special(o.prompt, true)
+                                      : model->tokenizer->encode(o.prompt, true);
   req.params.max_tokens = o.max_tokens;
   req.params.temperature = o.temperature;
   req.params.top_k = o.top_k;
@@ -131,6 +132,7 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   auto* sub = parent.add_subcommand("generate", "Generate one completion with the local engine");
   EngineFlagSpec spec;
   spec.stop_token = true;
+  spec.parse_special = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (1 to 1048576)")->capture_default_str();

@@ -57,6 +57,7 @@ int run_serve(const ServeOptions& o) {
   sopts.max_batch = o.max_batch;
   sopts.max_body_bytes = o.max_body_bytes;
   sopts.max_tokens_limit = o.max_tokens_limit;
+  sopts.parse_special = o.engine.parse_special;
   sopts.model_name = o.model_name;
   sopts.http_threads = o.http_threads;
   sopts.request_timeout_s = o.request_timeout;
@@ -150,6 +151,7 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   spec.model_must_exist = true;
   spec.chat_template = true;
   spec.stop_token = true;
+  spec.parse_special = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "repro/audit/plan_options.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
@@ -36,6 +37,10 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
                    "A token that ends generation besides the model's end-of-generation set (`model info` lists it): "
                    "its id, or its text as the vocabulary spells it (repeatable)")
         ->type_name("ID|TEXT");
+  if (spec.parse_special) {
+    // The help of run's plan option of that name: one text for every subcommand.
+    sub.add_flag("--parse-special", f.parse_special, find_plan_option_by_key("parse_special")->help);
+  }
 }
 
 namespace {

@@ -74,7 +74,7 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
       p.prompt_text = tok.decode(ids);
     } else {
       p.prompt_text = r.prompt;
-      ids = tok.encode(p.prompt_text, true);
+      ids = cx.parse_special ? tok.encode_special(p.prompt_text, true) : tok.encode(p.prompt_text, true);
     }
     return static_cast<int>(ids.size());
   };

@@ -90,6 +90,7 @@ struct Server::Impl {
     cx.fingerprint = server_fingerprint(REPRO_VERSION, eopts.mode, model.file_sha256);
     cx.max_body_bytes = opts.max_body_bytes;
     cx.max_tokens_limit = opts.max_tokens_limit;
+    cx.parse_special = opts.parse_special;
     created_at = static_cast<int64_t>(std::time(nullptr));
     sched = std::make_unique<Scheduler>(model, eopts, opts.max_batch, opts.on_step);
   }

@@ -1047,7 +1047,7 @@ namespace {
 class PieceTokenizer final : public Tokenizer {
  public:
   explicit PieceTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
-  std::vector<int> encode(std::string_view, bool) const override { return {}; }
+  std::vector<int> encode_text(std::string_view) const override { return {}; }
   std::string piece(int id) const override { return pieces_[static_cast<size_t>(id)]; }
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
   int bos() const override { return -1; }

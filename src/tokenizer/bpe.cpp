@@ -8,9 +8,10 @@
 // symbols, O(n log n), no cache. The Llama-3 pre-tokenizer also takes a pre-token that is a token
 // as it stands ("ignore_merges", as its tokenizer.json says).
 //
-// Control tokens (type 3, e.g. <|begin_of_text|>) are never parsed out of text: text that spells
-// them is encoded as ordinary bytes. BOS (EOS) is added only when asked for, when the model's
-// add_bos (add_eos) is set, and when the model has one.
+// This file encodes the text between the tokens Tokenizer::encode matches verbatim (user-defined
+// ones such as <think>; control ones such as <|begin_of_text|> only in encode_special): text that
+// spells a control token is otherwise encoded as ordinary bytes. BOS (EOS) is added only when asked
+// for, when the model's add_bos (add_eos) is set, and when the model has one.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -267,12 +268,10 @@ class BpeTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<int> encode(std::string_view text, bool add_special) const override {
+  std::vector<int> encode_text(std::string_view text) const override {
     std::vector<int> out;
-    if (add_special && adds_bos()) out.push_back(d_.bos_id);
     Scratch scratch;
     regex_->split(text, [&](size_t b, size_t e) { encode_word(text.substr(b, e - b), scratch, out); });
-    if (add_special && adds_eos()) out.push_back(d_.eos_id);
     return out;
   }
 

@@ -65,13 +65,9 @@ class SpmTokenizer final : public Tokenizer {
     }
   }
 
-  std::vector<int> encode(std::string_view text, bool add_special) const override {
+  std::vector<int> encode_text(std::string_view text) const override {
     std::vector<int> out;
-    if (add_special && adds_bos()) out.push_back(d_.bos_id);
-    if (text.empty()) {
-      if (add_special && adds_eos()) out.push_back(d_.eos_id);
-      return out;
-    }
+    if (text.empty()) return out;
 
     // Normalize: optional prefix space, spaces to U+2581.
     std::string norm;
@@ -103,7 +99,6 @@ class SpmTokenizer final : public Tokenizer {
       }
     }
     encode_chunk(std::string_view(norm).substr(chunk), scratch, out);
-    if (add_special && adds_eos()) out.push_back(d_.eos_id);
     return out;
   }
 

@@ -98,16 +98,15 @@ void Tokenizer::set_special_tokens(const TokenizerData& d) {
   for (size_t i = 0; i < d.tokens.size() && i < d.types.size(); ++i) {
     const auto t = static_cast<TokenType>(d.types[i]);
     if ((t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown) && !d.tokens[i].empty())
-      specials_.emplace_back(d.tokens[i], static_cast<int>(i));
+      specials_.push_back({d.tokens[i], static_cast<int>(i), t == TokenType::UserDefined});
   }
   // Longest first; equal lengths by id, so the result never depends on the sort's stability.
-  std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) {
-    return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second;
+  std::sort(specials_.begin(), specials_.end(), [](const Special& a, const Special& b) {
+    return a.text.size() != b.text.size() ? a.text.size() > b.text.size() : a.id < b.id;
   });
   controls_.clear();
-  for (const auto& [text, id] : specials_)
-    if (static_cast<TokenType>(d.types[static_cast<size_t>(id)]) == TokenType::Control)
-      controls_.push_back(text);
+  for (const Special& s : specials_)
+    if (static_cast<TokenType>(d.types[static_cast<size_t>(s.id)]) == TokenType::Control) controls_.push_back(s.text);
   eog_ = end_of_generation_ids(d);
   adds_bos_ = d.add_bos && d.bos_id >= 0;
   adds_eos_ = d.add_eos && d.eos_id >= 0;
@@ -115,15 +114,17 @@ void Tokenizer::set_special_tokens(const TokenizerData& d) {
   defaults_for_ = d.defaults_for;
 }
 
-std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_special) const {
-  // Fragments: raw text (id -1) or a special token. Each special token, longest first, splits
-  // every raw fragment at each of its occurrences (leftmost first).
+std::vector<int> Tokenizer::encode_parts(std::string_view text, bool add_special, bool controls) const {
+  // Fragments: raw text (id -1) or a matched token. Each token matched verbatim (user-defined ones
+  // always, control and unknown ones with `controls`), longest first, splits every raw fragment at
+  // each of its occurrences (leftmost first).
   struct Frag {
     std::string_view text;
     int id;
   };
   std::vector<Frag> frags{{text, -1}};
-  for (const auto& [sp, id] : specials_) {
+  for (const Special& sp : specials_) {
+    if (!controls && !sp.user_defined) continue;
     std::vector<Frag> next;
     for (const Frag& f : frags) {
       if (f.id >= 0) {
@@ -131,10 +132,10 @@ std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_speci
         continue;
       }
       std::string_view rest = f.text;
-      for (size_t at = rest.find(sp); at != std::string_view::npos; at = rest.find(sp)) {
+      for (size_t at = rest.find(sp.text); at != std::string_view::npos; at = rest.find(sp.text)) {
         if (at > 0) next.push_back({rest.substr(0, at), -1});
-        next.push_back({std::string_view(), id});
-        rest = rest.substr(at + sp.size());
+        next.push_back({std::string_view(), sp.id});
+        rest = rest.substr(at + sp.text.size());
       }
       if (!rest.empty()) next.push_back({rest, -1});
     }
@@ -146,7 +147,7 @@ std::vector<int> Tokenizer::encode_special(std::string_view text, bool add_speci
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
-      const std::vector<int> ids = encode(f.text, false);
+      const std::vector<int> ids = encode_text(f.text);
       out.insert(out.end(), ids.begin(), ids.end());
     }
   }

@@ -59,6 +59,9 @@ struct PlanOptions {
   // Chat message content that spells a control token of the model's chat template opens a turn of
   // its own; refused unless allowed (local engine only).
   bool allow_control_tokens = false;
+  // Completion prompts (text, not messages) match control-token text verbatim (encode_special), as
+  // Hugging Face, vLLM's /v1/completions and llama.cpp's server do; off: it is encoded as text.
+  bool parse_special = false;
 };
 
 // A built-in profile (embedded from profiles/*.json at build time) or a JSON file.

@@ -1,5 +1,6 @@
 // The engine flags, declared once and shared by generate, run, bench and serve:
 //   --model --tokenizer --device --mode --threads --precision --chat-template --stop-token
+//   --parse-special
 // Each subcommand says which variant it takes (EngineFlagSpec); the names, help texts and parsing
 // live in src/cli/flags.cpp only.
 #pragma once
@@ -22,6 +23,7 @@ struct EngineFlags {
   std::string threads = "1";
   std::string chat_template;  // --chat-template NAME|FILE (where the spec offers it)
   std::vector<std::string> stop_tokens;  // --stop-token ID|TEXT (repeatable, where the spec offers it)
+  bool parse_special = false;  // --parse-special: completion prompts match control-token text (encode_special)
 
   std::string model() const { return models.empty() ? std::string() : models.front(); }
   // device, mode, one thread count and precision, parsed; UsageError names the flag.
@@ -44,6 +46,7 @@ struct EngineFlagSpec {
   bool threads_list = false;      // bench: --threads is a comma-separated list
   bool chat_template = false;     // run, serve: --chat-template for `messages` prompts
   bool stop_token = false;        // generate, run, serve: --stop-token adds to the end-of-generation set
+  bool parse_special = false;     // generate, serve: --parse-special (run: the plan option of that name)
   const char* model_help =
       "GGUF or llama2.c .bin model, or a synthesized model synth:100m | synth:100m-long | synth:long (default: the "
       "embedded stories260K)";

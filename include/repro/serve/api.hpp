@@ -28,6 +28,7 @@ struct ApiContext {
   std::string fingerprint;       // system_fingerprint
   size_t max_body_bytes = 1 << 20;
   int max_tokens_limit = 4096;
+  bool parse_special = false;  // /v1/completions text prompts: Tokenizer::encode_special, else encode
 };
 
 // One validated generation request.

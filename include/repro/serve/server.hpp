@@ -27,6 +27,7 @@ struct ServerOptions {
   std::string api_key;             // empty = no auth; else "Authorization: Bearer <key>" on /v1/*
   size_t max_body_bytes = 1 << 20; // larger request bodies get 413
   int max_tokens_limit = 4096;     // larger max_tokens get 400
+  bool parse_special = false;      // completion prompts match control-token text (Tokenizer::encode_special)
   int http_threads = 0;            // HTTP worker threads; 0 = max(64, 2 * max_batch + 8)
   // Hostile clients (docs/RELIABILITY.md):
   double request_timeout_s = 10;   // a request's headers and body must arrive within this (else 408)

@@ -64,14 +64,20 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   // Text to ids; with add_special, prepends BOS when the model's add_bos is set and it has one, and
-  // appends EOS when its add_eos is set and it has one. Text that spells a control token is encoded
-  // as ordinary text.
-  virtual std::vector<int> encode(std::string_view text, bool add_special) const = 0;
+  // appends EOS when its add_eos is set and it has one. The text of every user-defined token (type
+  // user-defined: <think>, <tool_call>) is matched verbatim and becomes that token, longest first,
+  // before the rest is split, as llama.cpp and Hugging Face do whether or not special tokens are
+  // parsed; the text between them is encoded on its own. Text that spells a control token
+  // (<|im_start|>) is encoded as ordinary text.
+  std::vector<int> encode(std::string_view text, bool add_special) const { return encode_parts(text, add_special, false); }
   // As encode, but the text of every special token (types control, user-defined and unknown, e.g.
   // <|im_start|>, </s>) is matched verbatim and becomes that token, as llama.cpp's parse_special:
   // longest special tokens first, the text between them encoded on its own. For prompts rendered
-  // by a chat template.
-  std::vector<int> encode_special(std::string_view text, bool add_special) const;
+  // by a chat template, and completion prompts under --parse-special (as Hugging Face, vLLM's
+  // /v1/completions and llama.cpp's server encode them).
+  std::vector<int> encode_special(std::string_view text, bool add_special) const {
+    return encode_parts(text, add_special, true);
+  }
   // The text of every control token (type control: <|im_start|>, <|eot_id|>, </s>, ...), longest
   // first: text that encode_special turns into a turn marker of a chat template.
   const std::vector<std::string>& control_tokens() const { return controls_; }
@@ -114,11 +120,19 @@ class Tokenizer {
   uint64_t instance() const { return instance_; }
 
  protected:
-  // Called by each tokenizer's constructor: the special tokens encode_special matches.
+  // Called by each tokenizer's constructor: the special tokens encode and encode_special match.
   void set_special_tokens(const TokenizerData& d);
+  // The ids of text that no token matched verbatim came out of: no BOS, no EOS, no special tokens.
+  virtual std::vector<int> encode_text(std::string_view text) const = 0;
 
  private:
-  std::vector<std::pair<std::string, int>> specials_;  // (text, id), longest first
+  struct Special {
+    std::string text;
+    int id;
+    bool user_defined;  // matched by encode too; the others (control, unknown) by encode_special only
+  };
+  std::vector<int> encode_parts(std::string_view text, bool add_special, bool controls) const;
+  std::vector<Special> specials_;                      // longest first
   std::vector<std::string> controls_;                  // the control tokens' texts, longest first
   std::vector<int> eog_;                               // ascending; empty until set_special_tokens
   bool adds_bos_ = false, adds_eos_ = false;
