@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev
       libcurl4-openssl-dev libssl-dev libopenblas-dev libcpp-httplib-dev libpcre2-dev
-      libsqlite3-dev)
+      libsqlite3-dev prometheus-cpp-dev libutf8proc-dev)
 # Test-only extras: clang + libFuzzer runtime for the fuzz targets, Chromium for the HTML check,
 # the openssl and sqlite3 command lines and securesystemslib (independent checks of signed reports
 # and of the archive), Node.js and npm for the OpenAI client test, whose npm package `openai` (not a
@@ -12,7 +12,8 @@ PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev d
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1
-  PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib nodejs)
+  PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib python3-jinja2
+        nodejs)
   # Debian's nodejs comes without npm; a Node.js that has its own npm needs no package.
   command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 fi
