@@ -76,6 +76,9 @@ struct FaultServerOptions {
   bool response_cache = false;
   double cache_miss_s = 0;          // a miss waits this long first (the generation a hit skips)
   bool cache_headers = true;        // hits carry "X-Cache: HIT" and "Age: 1"; misses "X-Cache: MISS"
+  // ---- an engine's own routes (info, metrics): GET path -> (content type, body), answered as given
+  std::map<std::string, std::pair<std::string, std::string>> get_routes;
+  std::string server_header;        // non-empty: every response carries "Server: <this>"
 };
 
 struct SeenRequest {
@@ -103,6 +106,14 @@ class FaultServer {
       for (const auto& m : opt_.models) data.push_back({{"id", m}, {"object", "model"}});
       res.set_content(nlohmann::json{{"object", "list"}, {"data", data}}.dump(), "application/json");
     });
+    for (const auto& [path, route] : opt_.get_routes)
+      svr.Get(path, [route = route](const httplib::Request&, httplib::Response& res) {
+        res.set_content(route.second, route.first);
+      });
+    if (!opt_.server_header.empty())
+      svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+        res.set_header("Server", opt_.server_header);
+      });
     svr.Post("/v1/chat/completions", h);
     svr.Post("/v1/completions", h);
     svr.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);

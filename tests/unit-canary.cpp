@@ -264,7 +264,7 @@ TEST_CASE("canary: an edited baseline (stale digest) is refused before any reque
                               "--api-key-env CANARY_KEY -n 1 --concurrency 1 --max-tokens 4 --prompt 'alpha beta' "
                               "--no-cache-probe --format json --out base");
   INFO(base.output);
-  REQUIRE(base.code == 0);
+  REQUIRE(base.code == 4);  // concurrency 1 only: UNVERIFIED (nothing was co-batched), the report is written
 
   // The recorded URL pointed elsewhere, digest left stale: refused, and nobody is asked anything.
   nlohmann::json j = read_json(dir / "base" / "report.json");

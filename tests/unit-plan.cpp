@@ -212,6 +212,8 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"formats", {"json", "md=report.md"}},
       {"concurrency", {1, 16}},
       {"cache_probe", false},
+      {"seed_probe", true},
+      {"isolation", true},
       {"allow_control_tokens", true},
       {"parse_special", true},
       {"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}}},

@@ -13,7 +13,11 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "repro/audit/cobatch.hpp"
+#include "repro/audit/distribution.hpp"
 #include "repro/audit/drift_size.hpp"
+#include "repro/audit/isolation.hpp"
+#include "repro/audit/panel.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/audit/structured.hpp"
 #include "repro/structured/json_schema.hpp"
@@ -91,6 +95,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
     r.cases[k].structured.reset();
     if (schema) analyze_structured(r.cases[k], all, members[k]);
     analyze_fields(r.cases[k], all, members[k], extractor);
+    analyze_distribution(r.cases[k], all, members[k]);  // sampled outputs as distributions (distribution.cpp)
     // Where a case diverged: the command that replays each cluster's first member alone.
     if (r.cases[k].clusters.size() > 1 || (r.cases[k].tara && !*r.cases[k].tara))
       for (auto& cl : r.cases[k].clusters)
@@ -175,6 +180,8 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   // ---- per-case verdicts, per-mode summaries, the gate
   for (const auto& row : r.throughput)
     if (std::find(mode_order.begin(), mode_order.end(), row.mode) == mode_order.end()) mode_order.push_back(row.mode);
+  decide_evidence(r);  // co-batching per level, UNVERIFIED endpoints (src/audit/cobatch.cpp)
+  analyze_panel(r);    // two or more endpoints: the replica panel (src/audit/panel.cpp)
   compute_verdicts(r, mode_order);
   if (golden) {  // run against run: the drift from the golden report is part of the verdict
     r.baseline = baseline_result(compute_drift(golden->report, r), golden->file, golden->digest, golden->digest_ok);
@@ -188,6 +195,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   compute_tradeoff(r);
   analyze_variants(r);        // prompt variants per variant and per task (src/audit/variants.cpp)
   analyze_response_cache(r);  // signs of replayed cached responses per endpoint (src/audit/response_cache.cpp)
+  analyze_isolation(r);       // --isolation: leakage between rows (src/audit/isolation.cpp)
 }
 
 // ============================================================================ repro command
@@ -201,7 +209,9 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 std::string repro_command(const AuditReport& r, const Completion& c) {
-  if (is_remote_completion(c) || !r.environment.is_object() || !r.plan.is_object()) return "";
+  // (a batch of other contents, --isolation, has no `generate` form)
+  if (is_remote_completion(c) || !c.mate_contents.empty() || !r.environment.is_object() || !r.plan.is_object())
+    return "";
   auto model = r.environment.find("model");
   if (model == r.environment.end() || !model->is_object() || !model->contains("path") || !(*model)["path"].is_string())
     return "";

@@ -112,6 +112,13 @@ BatchRun run_in_batch(Engine& engine, const GenRequest& probe, const BatchContex
     r.params.max_tokens = std::max(1, std::min(run.fillers.max_tokens[f], ctx_len - static_cast<int>(r.prompt.size())));
     r.params.stop_at_eos = false;  // fillers keep the batch at its size for their drawn length
     r.params.seed = ctx.filler_seed + static_cast<uint64_t>(f);
+    if (ctx.other_contents && r.prompt.size() > 1) {  // same length, other tokens; the first (BOS) kept
+      const std::vector<int> other =
+          mate_story(2000000 + ctx.filler_seed + static_cast<uint64_t>(f), static_cast<int>(r.prompt.size()) + 1,
+                     *m.tokenizer);
+      for (size_t k = 1; k < r.prompt.size(); ++k) r.prompt[k] = other[std::min(k, other.size() - 1)];
+      r.params.seed += 0x9E3779B9ull;
+    }
     ++f;
     if (is_mate && ctx.mate_join_step > 0) {
       late = std::move(r);

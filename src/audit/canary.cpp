@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "repro/audit/compare.hpp"
+#include "repro/audit/distribution.hpp"
 
 namespace repro {
 
@@ -75,6 +76,14 @@ std::string join(const std::set<std::string>& s) {
   return o.empty() ? "(none)" : o;
 }
 
+// A case's completions as samples for the two-sample test.
+std::vector<std::vector<int>> samples_of(const AuditReport& r, const CaseResult& c) {
+  std::vector<std::vector<int>> out;
+  for (const auto& k : c.clusters)
+    for (int i : k.members)
+      if (i >= 0 && i < static_cast<int>(r.completions.size())) out.push_back(sample_of(r.completions[i]));
+  return out;
+}
 
 }  // namespace
 
@@ -82,6 +91,22 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
   CanaryResult res;
   std::vector<std::string> red, yellow;
   const CaseMatching matched = match_cases(baseline, rerun);
+
+  // ---- the endpoints' engine, version and posture, named first: they explain what follows
+  for (const auto& ea : baseline.evidence)
+    for (const auto& eb : rerun.evidence) {
+      if (ea.endpoint != eb.endpoint) continue;
+      const EndpointPosture& pa = ea.posture;
+      const EndpointPosture& pb = eb.posture;
+      auto show = [](const EndpointPosture& p) { return p.engine + (p.version.empty() ? "" : " " + p.version); };
+      if (pa.engine != pb.engine || pa.version != pb.version)
+        red.push_back(fmt::format("{}: engine {} -> {}", eb.endpoint, show(pa), show(pb)));
+      if (pa.deterministic != pb.deterministic || pa.batch_invariance != pb.batch_invariance)
+        red.push_back(fmt::format("{}: posture deterministic mode {}, batch invariance {} -> deterministic mode {}, "
+                                  "batch invariance {}",
+                                  eb.endpoint, pa.deterministic, pa.batch_invariance, pb.deterministic,
+                                  pb.batch_invariance));
+    }
 
   // ---- identity
   const std::string ma = recorded_text(baseline.environment, "digests", "model_sha256");
@@ -116,6 +141,20 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
     }
     const CaseResult& cb = *pb;
     res.cases_compared++;
+    // Sampled outputs the seed does not control never hash-equal: compare them as distributions.
+    if (sampled_decoding(ca.decoding_id) && (ca.unique > 1 || cb.unique > 1)) {
+      DistributionTest t = two_sample_test(samples_of(baseline, ca), samples_of(rerun, cb));
+      res.distribution_tests++;
+      if (!t.note.empty())
+        yellow.push_back(fmt::format("case {}: sampled outputs vary and cannot be compared as distributions: {}",
+                                     case_name(matched, ca), t.note));
+      else if (t.p_value < kDistributionRed || t.differs)
+        (t.p_value < kDistributionRed ? red : yellow)
+            .push_back(fmt::format("case {}: the sampled output distribution changed (MMD^2 {:.4f}, p = {:.3f}, "
+                                   "effect {:.3f}, {} vs {} samples)",
+                                   case_name(matched, ca), t.statistic, t.p_value, t.effect, t.n_reference, t.n_other));
+      continue;
+    }
     if (token_outputs(ca) == token_outputs(cb)) continue;
     const bool extractor = ca.tara.has_value() && cb.tara.has_value();
     if (extractor && answers(ca) == answers(cb)) {

@@ -71,12 +71,38 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
   auto cmp = [&](const std::string& what, const nlohmann::json& x, const nlohmann::json& y) {
     if (x != y) out.push_back(what + " " + short_value(x) + " -> " + short_value(y));
   };
+  // The endpoints' engine, version, posture and server flags first: they explain what follows.
+  for (const auto& ea : a.evidence)
+    for (const auto& eb : b.evidence) {
+      if (ea.endpoint != eb.endpoint && !(a.evidence.size() == 1 && b.evidence.size() == 1)) continue;
+      const EndpointPosture& pa = ea.posture;
+      const EndpointPosture& pb = eb.posture;
+      const std::string who = "endpoint '" + eb.endpoint + "' ";
+      cmp(who + "engine", pa.engine, pb.engine);
+      cmp(who + "engine version", pa.version, pb.version);
+      cmp(who + "deterministic mode", pa.deterministic, pb.deterministic);
+      cmp(who + "batch invariance", pa.batch_invariance, pb.batch_invariance);
+      std::set<std::string> flags;
+      for (const auto* info : {&pa.info, &pb.info})
+        if (info->is_object())
+          for (auto it = info->begin(); it != info->end(); ++it) flags.insert(it.key());
+      for (const auto& f : flags) cmp(who + f, at(pa.info, f.c_str()), at(pb.info, f.c_str()));
+      cmp(who + "system_fingerprint", pa.system_fingerprint, pb.system_fingerprint);
+    }
+  cmp("tool version", at(a.environment, "tool", "version"), at(b.environment, "tool", "version"));
+  cmp("cpu", at(a.environment, "cpu", "model"), at(b.environment, "cpu", "model"));
   cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
   cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
   // Prompts: the one digest, recomputed from each report's own prompts, so a report that recorded an
   // earlier form of the digest compares by its prompts, not by how it hashed them.
   cmp("prompts digest", prompts_digest(report_prompts(a)), prompts_digest(report_prompts(b)));
-  cmp("endpoints", at(a.environment, "endpoints"), at(b.environment, "endpoints"));
+  auto without_posture = [](nlohmann::json eps) {  // the posture was compared above, field by field
+    if (eps.is_array())
+      for (auto& e : eps)
+        if (e.is_object()) e.erase("posture");
+    return eps;
+  };
+  cmp("endpoints", without_posture(at(a.environment, "endpoints")), without_posture(at(b.environment, "endpoints")));
   std::set<std::string> keys;
   for (const auto* p : {&a.plan, &b.plan})
     if (p->is_object())

@@ -482,7 +482,10 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
     for (int pos : positions)
       for (int f = 0; f < sets; ++f)
         for (int j : std::set<int>(joins.begin(), joins.end()))
-          for (int d : std::set<int>(deltas.begin(), deltas.end())) out.push_back({b, pos, f, j, d});
+          for (int d : std::set<int>(deltas.begin(), deltas.end())) {
+            out.push_back({b, pos, f, j, d});
+            if (o.isolation && b > 1) out.push_back({b, pos, f, j, d, true});  // same shapes, other contents
+          }
   }
   return out;
 }

@@ -235,6 +235,18 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.cache_probe); },
      [](PlanOptions& o, const json& v) { o.cache_probe = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"isolation", OptionType::Bool, "--isolation", "isolation", "isolation",
+     "Run every batch context again with batch mates of the same shapes (prompt and decode lengths, positions) "
+     "but other token contents: any difference is leakage between rows, not rounding", true,
+     [](const PlanOptions& o) { return json(o.isolation); },
+     [](PlanOptions& o, const json& v) { o.isolation = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"seed_probe", OptionType::Bool, "--seed-probe", "seed_probe", "seed_probe",
+     "Endpoints: check per API (completions, chat) that the seed is honoured at T > 0: the same seed twice gives "
+     "the same output, different seeds different ones (on in the sampling profile)", true,
+     [](const PlanOptions& o) { return json(o.seed_probe); },
+     [](PlanOptions& o, const json& v) { o.seed_probe = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
     {"allow_control_tokens", OptionType::Bool, "--allow-control-tokens", "allow_control_tokens",
      "allow_control_tokens",
      "Let chat message content hold the chat template's control-token text (e.g. <|im_start|>system), which "

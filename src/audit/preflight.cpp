@@ -3,6 +3,8 @@
 // the tiny request goes through RemoteClient, exactly as the replay's requests will.
 #include "repro/audit/preflight.hpp"
 
+#include "repro/audit/posture.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -101,7 +103,12 @@ PreflightResult preflight_endpoint(const EndpointSpec& spec) {
     got = true;
   });
   client.run();
-  if (!got || res.cause == FailCause::none) return out;
+  if (!got || res.cause == FailCause::none) {
+    // ---- 3. what the server says it is
+    out.posture = detect_posture(spec, req.url, req.headers);
+    if (got) out.posture.system_fingerprint = sanitize_utf8(res.response.system_fingerprint.substr(0, 200));
+    return out;
+  }
   const std::string& err = res.error;  // "<cause>: <detail> (after N attempts)"
   const std::string where = who + ": a 1-token request with --api-model '" + spec.api_model + "' failed";
   auto has = [&](const char* s) { return err.find(s) != std::string::npos; };

@@ -3,7 +3,10 @@
 // client's responses into Completion records here (the client knows nothing of audits).
 #include "repro/audit/remote_probe.hpp"
 
+#include "repro/audit/cobatch.hpp"
+
 #include <algorithm>
+#include <optional>
 
 #include "repro/common/chat.hpp"
 #include "repro/common/error.hpp"
@@ -82,15 +85,21 @@ struct Attempt {
   std::string first_text;
   std::vector<int> first_tokens;
   bool failed = false;             // the last request failed after the client's retries
+  long lifetime = -1;              // the last request's index in the level's lifetimes (-1: none kept)
+  double first_byte = -1;          // the last request's first byte (monotonic clock)
 };
 
+using Lifetime = std::function<long(const RemoteResult&)>;
+
 void send_attempt(RemoteClient& client, const RequestParams& pp, const RemoteProbe& probe, Attempt at,
-                  std::function<void(Completion&&, const Attempt&)> finish) {
+                  std::function<void(Completion&&, const Attempt&)> finish, Lifetime lifetime = nullptr) {
   RequestParams q = pp;
   if (at.retries > 0 && probe.decoding.temperature > 0) q.seed = probe.seed + static_cast<uint64_t>(at.retries);
-  client.submit(q, [&client, pp, &probe, at, finish](RemoteResult&& res) mutable {
+  client.submit(q, [&client, pp, &probe, at, finish, lifetime](RemoteResult&& res) mutable {
+    at.lifetime = lifetime ? lifetime(res) : -1;
     if (res.aborted) return;
     at.failed = res.cause != FailCause::none;
+    at.first_byte = res.t_first_byte;
     Completion c = completion_from(res);
     if (probe.validator && !at.failed && c.error.empty()) {
       c.schema_valid = probe.validator->validate(c.text);
@@ -101,7 +110,7 @@ void send_attempt(RemoteClient& client, const RequestParams& pp, const RemotePro
         }
         at.retries++;
         at.retry_tokens += c.completion_tokens;
-        send_attempt(client, pp, probe, at, finish);
+        send_attempt(client, pp, probe, at, finish, lifetime);
         return;
       }
     }
@@ -133,6 +142,16 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
   if (repeats <= first) return out;
   RemoteClient client(spec, concurrency + 4);
   const RequestParams pp = probe_params(spec, probe);
+  // Every request's lifetime (probes and fillers, aborted ones to their abort), and which of them
+  // are the probes that finished: the co-batching evidence on the client side.
+  const double t0 = monotonic_seconds();
+  std::vector<Interval> lifetimes;
+  std::vector<std::pair<size_t, size_t>> probe_at;  // (index into out, index into lifetimes)
+  auto lifetime = [&](const RemoteResult& res) -> long {
+    if (res.t_send < 0) return -1;
+    lifetimes.push_back({res.t_send, res.t_last_byte >= res.t_send ? res.t_last_byte : res.t_send});
+    return static_cast<long>(lifetimes.size()) - 1;
+  };
 
   int next_repeat = first, probes_done = first;
   std::function<void()> submit_probe = [&] {
@@ -140,8 +159,10 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
     at.repeat = next_repeat++;
     send_attempt(client, pp, probe, at, [&](Completion&& c, const Attempt& a) {
       if (a.failed) ++client.stats().probe_failed;
+      if (a.first_byte >= 0) c.first_byte_s = a.first_byte - t0;
       const int r = a.repeat;
       stamp(c, spec, probe, concurrency, r);
+      if (a.lifetime >= 0) probe_at.emplace_back(out.size(), static_cast<size_t>(a.lifetime));
       out.push_back(std::move(c));
       ++probes_done;
       if (progress) progress(probes_done, repeats);
@@ -149,7 +170,7 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
         client.cancel();  // fillers still in flight are aborted: they only load the server
       else
         submit_probe();
-    });
+    }, lifetime);
   };
 
   uint64_t filler_seq = 0;
@@ -165,6 +186,7 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
     fp.seed = probe.seed + 1 + i;
     fp.logprobs = false;
     client.submit(fp, [&](RemoteResult&& res) {
+      lifetime(res);
       if (res.aborted) return;
       if (res.cause != FailCause::none) ++client.stats().filler_failed;
       submit_filler();  // closed loop: replace it at once
@@ -174,6 +196,12 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
   for (int i = 0; i < concurrency - 1; ++i) submit_filler();
   submit_probe();
   client.run(stop);
+  for (const auto& [oi, li] : probe_at) {
+    Completion& c = out[oi];
+    c.others_max = overlap_with_others(lifetimes, li, c.others_min, c.others_mean);
+    c.send_s = lifetimes[li].start - t0;
+    c.last_byte_s = lifetimes[li].end - t0;
+  }
   if (stats) stats->merge(client.stats());
   return out;
 }
@@ -199,6 +227,86 @@ std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemotePr
   client.run(stop);
   if (stats) stats->merge(client.stats());
   return out;
+}
+
+namespace {
+std::string ids_text(const std::vector<int>& ids) {
+  std::string s = "ids:";
+  for (int t : ids) s += std::to_string(t) + ",";
+  return s;
+}
+}  // namespace
+
+void decide_seed_probe(SeedProbeResult& r, const std::vector<std::vector<std::optional<std::string>>>& out) {
+  r.same_pairs = r.same_equal = r.diff_pairs = r.diff_distinct = 0;
+  std::vector<std::string> first;  // each seed's first output, where it came
+  for (const auto& runs : out) {
+    if (runs.size() >= 2 && runs[0] && runs[1]) {
+      ++r.same_pairs;
+      r.same_equal += *runs[0] == *runs[1];
+    }
+    if (!runs.empty() && runs[0]) first.push_back(*runs[0]);
+  }
+  for (size_t i = 0; i < first.size(); ++i)
+    for (size_t j = i + 1; j < first.size(); ++j) {
+      ++r.diff_pairs;
+      r.diff_distinct += first[i] != first[j];
+    }
+  if (r.same_pairs == 0 || r.diff_pairs == 0) {
+    r.result = "unknown";
+    r.detail = "too few answers (" + std::to_string(r.errors) + " requests failed)";
+  } else if (r.same_equal < r.same_pairs) {
+    r.result = "ignored";
+    r.detail = "the same seed gave different outputs in " + std::to_string(r.same_pairs - r.same_equal) + " of " +
+               std::to_string(r.same_pairs) + " pairs: sampling is not controlled by the seed on this API";
+  } else if (r.diff_distinct == 0) {
+    r.result = "ignored";
+    r.detail = "different seeds gave one output in all " + std::to_string(r.diff_pairs) +
+               " pairs: the seed has no effect on this API";
+  } else {
+    r.result = "honoured";
+    r.detail = "the same seed gave the same output in " + std::to_string(r.same_pairs) +
+               " pairs, different seeds different outputs in " + std::to_string(r.diff_distinct) + " of " +
+               std::to_string(r.diff_pairs);
+  }
+}
+
+SeedProbeResult run_seed_probe(const EndpointSpec& spec, const RemoteProbe& probe, int seeds,
+                               const std::atomic<bool>* stop, RemoteStats* stats) {
+  validate_endpoint(spec);
+  SeedProbeResult r;
+  r.api = spec.api;
+  RemoteClient client(spec, 2);
+  RemoteProbe q = probe;
+  q.decoding = DecodingConfig{"seed-probe", 1.0, 1.0, 0, probe.decoding.max_tokens};
+  q.logprobs = false;
+  RequestParams pp = probe_params(spec, q);
+  std::vector<std::vector<std::optional<std::string>>> out(static_cast<size_t>(std::max(2, seeds)));
+  // One request at a time (nothing co-batched: the seed alone is tested), each seed twice in a row.
+  size_t next = 0;
+  std::function<void()> send = [&] {
+    if (next >= out.size() * 2) return;
+    const size_t k = next / 2;
+    ++next;
+    RequestParams x = pp;
+    x.seed = probe.seed + k;
+    client.submit(x, [&, k](RemoteResult&& res) {
+      if (res.aborted) return;
+      Completion c = completion_from(res);
+      if (c.error.empty() && (c.tokens_known || !c.text.empty()))
+        out[k].push_back(c.tokens_known && !c.tokens.empty() ? ids_text(c.tokens) : "text:" + c.text);
+      else {
+        out[k].push_back(std::nullopt);
+        ++r.errors;
+      }
+      send();
+    });
+  };
+  send();
+  client.run(stop);
+  if (stats) stats->merge(client.stats());
+  decide_seed_probe(r, out);
+  return r;
 }
 
 }  // namespace repro

@@ -14,6 +14,7 @@
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/batch_context.hpp"
 #include "repro/audit/remote_probe.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/common/chat.hpp"
@@ -28,7 +29,8 @@ std::string cell_key(const Completion& c) {
   return c.prompt_id + "|" + c.decoding_id + "|" + c.mode + "|" + c.precision + "|" + std::to_string(c.batch_size) +
          "|" + std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat) +
          (c.mate_join_step != 0 ? "|j" + std::to_string(c.mate_join_step) : "") +
-         (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "");
+         (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "") +
+         (c.mate_contents.empty() ? "" : "|m" + c.mate_contents);
 }
 
 std::string progress_line(const ProgressState& p) {
@@ -268,6 +270,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
             c.mate_join_step = cx.mate_join_step;
             c.mate_prompt_delta = cx.mate_prompt_delta;
+            c.mate_contents = cx.other_contents ? "other" : "";
             c.seed = dc.seed;
             c.repeat = rep;
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
@@ -285,7 +288,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.seed = dc.seed;
             req.params.json_schema = constraint;
             BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set),
-                            cx.mate_join_step, cx.mate_prompt_delta, plan.prompt_tokens};
+                            cx.mate_join_step, cx.mate_prompt_delta, plan.prompt_tokens, cx.other_contents};
             BatchRun run = run_in_batch(*engines[pr][mi], req, bc);
             int64_t gen_tokens = run.generated_tokens;
             double gen_seconds = run.seconds;
@@ -362,6 +365,29 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
     for (auto& [label, st] : per_endpoint) stats[label] = st.to_json();
     report.environment["remote_stats"] = stats;
   };
+  // The seed probe (--seed-probe): per endpoint and API path, before the levels; a resumed run keeps
+  // the probes it finished.
+  if (plan.seed_probe && !plan.prompts.empty())
+    for (const auto& ep : endpoints)
+      for (const char* api : {"completions", "chat"}) {
+        if (ctl.stop && ctl.stop->load()) break;
+        EndpointEvidence& ev = evidence_for(report, ep.label);
+        if (std::any_of(ev.seeds.begin(), ev.seeds.end(), [&](const SeedProbeResult& s) { return s.api == api; }))
+          continue;
+        EndpointSpec spec = ep;
+        spec.api = api;
+        RemoteProbe probe;
+        probe.prompt_id = plan.prompts[0].id;
+        probe.prompt = plan.prompts[0].text;
+        probe.messages = plan.prompts[0].messages;
+        probe.decoding.max_tokens = plan.max_tokens;
+        probe.seed = plan.seeds.empty() ? 1 : plan.seeds[0];
+        RemoteStats st;
+        SeedProbeResult res = run_seed_probe(spec, probe, kSeedProbeSeeds, ctl.stop, &st);
+        per_endpoint[ep.label].merge(st);
+        if (ctl.stop && ctl.stop->load()) break;  // an interrupted probe is not a result
+        evidence_for(report, ep.label).seeds.push_back(std::move(res));
+      }
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
     for (const auto& dc : decodings)
       for (const auto& ep : endpoints) {
@@ -426,8 +452,10 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
             continue;
           }
           auto t0 = Clock::now();
+          ServerRunning server;
           auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st);
           double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          record_level(report, ep.label, conc, cs, server);
           int64_t toks = 0;
           for (const auto& c : cs) toks += c.completion_tokens > 0 ? c.completion_tokens : 0;
           // Throughput of the probe stream under load (fillers load the server; their tokens are not counted).

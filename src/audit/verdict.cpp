@@ -6,6 +6,7 @@
 #include <set>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -80,7 +81,8 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   s = Summary{};
   s.interrupted = interrupted;
   const Thresholds& t = r.thresholds;
-  bool gate_errors = false, gate_divergent = false, gate_no_answer = false, any_gated = false;
+  bool gate_errors = false, gate_divergent = false, gate_no_answer = false, gate_unverified = false,
+       any_gated = false;
   // One headline row per (mode, precision) in the order the cases ran; a mode without cases gets one row.
   std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& m : mode_order) {
@@ -135,6 +137,8 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.verdict = "errors";
     else if (ms.divergent_cases > t.max_divergent || ms.tarr_rate + 1e-12 < t.min_tarr)
       ms.verdict = "divergent";
+    else if (const EndpointEvidence* ev = find_evidence(r, m); ev && !ev->verified)
+      ms.verdict = "unverified";  // reproducible replays that never shared the server prove nothing
     else if (ms.no_answer_cases > 0)
       ms.verdict = "no answer";
     else
@@ -149,6 +153,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       gate_errors = gate_errors || ms.verdict == "errors" || ms.verdict == "not run";
       gate_divergent = gate_divergent || ms.verdict == "divergent";
       gate_no_answer = gate_no_answer || ms.verdict == "no answer";
+      gate_unverified = gate_unverified || ms.verdict == "unverified";
     }
     s.modes.push_back(ms);
   }
@@ -164,6 +169,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
               : gate_errors || !any_gated ? "errors"
               : gate_divergent            ? "divergent"
               : drift                     ? "drift"
+              : gate_unverified           ? "unverified"
               : gate_no_answer            ? "no answer"
                                           : "reproducible";
 }
@@ -177,6 +183,7 @@ int exit_code_for(const AuditReport& r) {
   if (r.summary.interrupted || v == "interrupted") return kExitInterrupted;
   if (v == "errors") return kExitBackend;
   if (v == "divergent" || v == "drift") return kExitDivergent;
+  if (v == "unverified") return kExitUnverified;
   return kExitOk;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/audit/preflight.hpp"
 #include "repro/audit/runner.hpp"
 #include "repro/audit/verdict.hpp"
@@ -95,7 +96,8 @@ int replay_and_report(ReplayJob& job) {
   const std::string& out_dir = job.out_dir;
 
   // ---- remote preflight: an endpoint that cannot answer ends the run before any replay
-  for (const auto& e : endpoints) preflight_endpoint(e);
+  std::vector<EndpointPosture> postures;
+  for (const auto& e : endpoints) postures.push_back(preflight_endpoint(e).posture);
   std::optional<GoldenReport> golden;
   if (!job.baseline.empty()) {  // read before the replay: a bad golden file is a usage error, not lost work
     std::string text = read_file(job.baseline, "--baseline report");
@@ -114,6 +116,10 @@ int replay_and_report(ReplayJob& job) {
   }
 
   record_provenance(report, plan, job.model, job.model_path, job.engine, endpoints);
+  for (size_t i = 0; i < endpoints.size(); ++i) {  // the endpoints' posture: in the evidence and the environment record
+    evidence_for(report, endpoints[i].label).posture = postures[i];
+    report.environment["endpoints"][i]["posture"] = postures[i];
+  }
   if (job.model && job.model_switch.is_object()) report.environment["model"]["switched_from"] = job.model_switch;
 
   // ---- replay ----

@@ -107,8 +107,9 @@ FailCause transport_cause(CURLcode code) {
   }
 }
 
-
 }  // namespace
+
+double monotonic_seconds() { return mono_now(); }
 
 // ---------------------------------------------------------------- spec helpers
 
@@ -244,6 +245,10 @@ HttpGetResult http_get(const EndpointSpec& spec, const std::string& url, const s
   char* loc = nullptr;
   curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &loc);
   if (loc) r.location = loc;
+  curl_header* server = nullptr;
+  if (code == CURLE_OK && curl_easy_header(e, "Server", 0, CURLH_HEADER, -1, &server) == CURLHE_OK && server &&
+      server->value)
+    r.server = sanitize_utf8(std::string(server->value).substr(0, 200));
   curl_slist_free_all(hdrs);
   curl_easy_cleanup(e);
   return r;
@@ -337,7 +342,7 @@ struct Transfer {
   SseParser sse;
   StreamAccumulator acc{true};
   std::vector<std::string> events;
-  double t0 = 0, t_first_token = -1, last_activity = 0;
+  double t0 = 0, t_first_token = -1, t_first_byte = -1, last_activity = 0;
   double retry_after = -1;
   std::string cache_header;  // cache-hit headers of the response (cache_hit_header), "; "-joined
   size_t received = 0;  // body bytes so far, streamed or not (bounded by spec.max_response_bytes)
@@ -387,6 +392,7 @@ struct RemoteClient::Impl {
     size_t len = size * n;
     double now = mono_now();
     t->last_activity = now;
+    if (t->t_first_byte < 0) t->t_first_byte = now;
     if (!t->decided) {
       t->decided = true;
       curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
@@ -574,6 +580,7 @@ struct RemoteClient::Impl {
     FailCause cause = classify(t, code, pr, detail);
     double latency = now - t->t0;
     double ttft = t->t_first_token >= 0 ? t->t_first_token - t->t0 : 0;
+    const double t_send = t->t0, t_first_byte = t->t_first_byte;
     double retry_after = t->retry_after;
     std::string cache_header = std::move(t->cache_header);
     long status = t->status;
@@ -599,6 +606,9 @@ struct RemoteClient::Impl {
     res.decoding_id = job->params.decoding.id;
     res.seed = job->params.seed;
     res.attempts = job->attempt;
+    res.t_send = t_send;
+    res.t_first_byte = t_first_byte;
+    res.t_last_byte = now;
     ++st.requests;
     if (cause == FailCause::none) {
       ++st.succeeded;
@@ -620,7 +630,10 @@ struct RemoteClient::Impl {
   void abort_all() {
     stopping = true;
     std::vector<std::unique_ptr<Job>> jobs;
+    const double now = mono_now();
+    std::vector<double> sent_at;  // the in-flight ones' send times, by job (aborted intervals end now)
     for (Transfer* t : std::vector<Transfer*>(active.begin(), active.end())) {
+      sent_at.push_back(t->t0);
       jobs.push_back(std::move(t->job));
       release(t);
       delete t;
@@ -629,10 +642,15 @@ struct RemoteClient::Impl {
     timers.clear();
     for (auto& j : ready) jobs.push_back(std::move(j));
     ready.clear();
-    for (auto& j : jobs) {
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      auto& j = jobs[k];
       ++self->stats_.aborted;
       RemoteResult res;
       res.aborted = true;
+      if (k < sent_at.size()) {
+        res.t_send = sent_at[k];
+        res.t_last_byte = now;
+      }
       res.cause = FailCause::aborted;
       res.error = "aborted: interrupted before the response finished";
       res.attempts = j->attempt;

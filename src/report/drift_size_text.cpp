@@ -60,6 +60,13 @@ std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r) 
                        "at 95% confidence."},
   };
   for (auto& e : structured_glossary(r)) g.push_back(std::move(e));
+  if (!r.evidence.empty()) {
+    g.push_back({"co-batched", "a concurrency level whose probe overlapped other requests (client side) and, where the "
+                               "server says, ran together with them (its running count or the batch it reports)."});
+    g.push_back({"control arm", "concurrency 1: the probe sent alone while every filler is idle."});
+    g.push_back({"UNVERIFIED", "an endpoint whose replays were reproducible but none of whose levels was co-batched: "
+                               "they prove nothing about batch invariance. Never a pass (exit 4 when gated)."});
+  }
   return g;
 }
 

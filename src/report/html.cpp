@@ -331,7 +331,7 @@ const char* kCss = R"(body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Rob
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d5d8dc;padding-bottom:4px}
 .verdict{padding:14px 18px;border-radius:8px;font-size:20px;font-weight:700;color:#fff}
 .verdict small{display:block;font-size:14px;font-weight:400;margin-top:4px}
-.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-drift{background:#7d3c98}.v-interrupted,.v-unknown{background:#566573}
+.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-drift{background:#7d3c98}.v-unverified{background:#b7950b}.v-interrupted,.v-unknown{background:#566573}
 .meta{color:#566573;font-size:13px;margin:8px 0}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:14px}th,td{border:1px solid #d5d8dc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -399,6 +399,20 @@ std::string html_variant_sections(const AuditReport& r) {
     o += "<h2>Prompt variants</h2>\n<p>" + esc(variants_intro()) + "</p>\n" + html_table(variants_table(r), "variants");
     o += "<ul id=\"variant-findings\">\n";
     for (const auto& f : variant_findings(r)) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";
+    o += "</ul>\n";
+  }
+  if (!r.evidence.empty()) {
+    o += "<h2>Endpoints: posture and co-batching</h2>\n<p>" + esc(evidence_intro()) + "</p>\n" +
+         html_table(posture_table(r), "posture") + html_table(cobatch_table(r), "cobatching");
+    if (auto seeds = seed_table(r); !seeds.rows.empty()) o += html_table(seeds, "seed-probe");
+  }
+  if (auto panel = panel_table(r); !panel.rows.empty())
+    o += "<h2>Replica panel</h2>\n" + html_table(panel, "panel");
+  if (auto dist = distribution_table(r); !dist.rows.empty())
+    o += "<h2>Sampled outputs as distributions</h2>\n" + html_table(dist, "distribution");
+  if (auto ef = evidence_findings(r); !ef.empty()) {
+    o += "<ul id=\"evidence-findings\">\n";
+    for (const auto& f : ef) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";
     o += "</ul>\n";
   }
   auto cache = response_cache_table(r);

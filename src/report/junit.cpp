@@ -6,6 +6,7 @@
 #include <map>
 
 #include "repro/audit/stats.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -104,6 +105,24 @@ std::string to_junit(const AuditReport& r) {
                            xml(m), xml(fmt::format("{} of {} requests failed ({:.1f}%, max {:.1f}%)", ms.failed_requests,
                                                    ms.requests, 100 * ms.error_rate, 100 * r.thresholds.max_error_rate)));
     }
+    // An endpoint whose concurrency levels never co-batched the probe: the replays prove nothing.
+    for (const auto& ms : r.summary.modes) {
+      if (suite(ms.mode, ms.precision) != m || ms.verdict != "unverified") continue;
+      ++t;
+      const EndpointEvidence* ev = find_evidence(r, ms.mode);
+      const std::string why = ev ? ev->finding : std::string(kUnverifiedWhy);
+      if (ms.gated) {
+        ++f;
+        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"co-batching\" time=\"0.000\">\n"
+                             "      <failure message=\"{}\" type=\"unverified\"/>\n    </testcase>\n",
+                             xml(m), xml("UNVERIFIED: " + why));
+      } else {
+        ++sk;
+        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"co-batching\" time=\"0.000\">\n"
+                             "      <skipped message=\"{}\"/>\n    </testcase>\n",
+                             xml(m), xml("UNVERIFIED: " + why));
+      }
+    }
     body += fmt::format(
         "  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
         "skipped=\"{}\" time=\"{:.3f}\">\n",
@@ -123,6 +142,20 @@ std::string to_junit(const AuditReport& r) {
       prop("tara_json", rate_text(st.tara_json));
       prop("retries", fmt::format("{} extra requests, {} extra tokens", st.retries, st.retry_tokens));
       for (const auto& fr : st.fields) prop("field." + fr.path, rate_text(fr.agree));
+      body += "    </properties>\n";
+    }
+    // An endpoint's evidence as properties: posture, co-batching per level, seed probes.
+    if (const EndpointEvidence* ev = find_evidence(r, m)) {
+      body += "    <properties>\n";
+      auto prop = [&](const std::string& name, const std::string& value) {
+        body += fmt::format("      <property name=\"{}\" value=\"{}\"/>\n", xml(name), xml(value));
+      };
+      prop("posture", posture_line(ev->posture));
+      for (const auto& l : ev->levels)
+        prop("cobatching.concurrency_" + std::to_string(l.concurrency), l.evidence);
+      for (const auto& s : ev->seeds)
+        prop("seed." + s.api, s.result + ": " + s.detail);
+      prop("verified", ev->verified ? "yes" : "UNVERIFIED: " + ev->finding);
       body += "    </properties>\n";
     }
     body += cases;

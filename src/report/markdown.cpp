@@ -110,6 +110,19 @@ std::string md_variant_sections(const AuditReport& r) {
     for (const auto& f : variant_findings(r)) o += "- **Finding:** " + cell(f) + "\n";
     o += "\n";
   }
+  if (!r.evidence.empty()) {
+    o += "## Endpoints: posture and co-batching\n\n" + cell(evidence_intro()) + "\n\n" + md_table(posture_table(r)) +
+         "\n" + md_table(cobatch_table(r));
+    if (auto seeds = seed_table(r); !seeds.rows.empty()) o += "\n" + md_table(seeds);
+    o += "\n";
+  }
+  if (auto panel = panel_table(r); !panel.rows.empty()) o += "## Replica panel\n\n" + md_table(panel) + "\n";
+  if (auto dist = distribution_table(r); !dist.rows.empty())
+    o += "## Sampled outputs as distributions\n\n" + md_table(dist) + "\n";
+  if (auto ef = evidence_findings(r); !ef.empty()) {
+    for (const auto& f : ef) o += "- **Finding:** " + cell(f) + "\n";
+    o += "\n";
+  }
   auto cache = response_cache_table(r);
   if (!cache.rows.empty()) {
     o += "## Response cache\n\n" + cell(response_cache_intro()) + "\n\n" + md_table(cache);

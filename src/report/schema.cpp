@@ -67,6 +67,7 @@ void describe(V& v, T& x) {
   v("filler_ids", x.filler_ids);
   v.only_if(x.mate_join_step != 0, "mate_join_step", x.mate_join_step);
   v.only_if(x.mate_prompt_delta != 0, "mate_prompt_delta", x.mate_prompt_delta);
+  v.only_if(!x.mate_contents.empty(), "mate_contents", x.mate_contents);
   v("seed", x.seed);
   v("repeat", x.repeat);
   v("cache_state", x.cache_state);
@@ -93,6 +94,15 @@ void describe(V& v, T& x) {
   v("response_id", x.response_id);
   v("created", x.created);
   v.only_if(!x.cache_header.empty(), "cache_header", x.cache_header);  // endpoints: a cache reported a hit
+  // endpoints: the probe's co-batching evidence (written when the client timed it)
+  const bool timed = x.send_s >= 0;
+  v.only_if(timed, "send_s", x.send_s);
+  v.only_if(timed, "first_byte_s", x.first_byte_s);
+  v.only_if(timed, "last_byte_s", x.last_byte_s);
+  v.only_if(timed, "others_min", x.others_min);
+  v.only_if(timed, "others_max", x.others_max);
+  v.only_if(timed, "others_mean", x.others_mean);
+  v.only_if(x.server_max_batch >= 0, "server_max_batch", x.server_max_batch);
   v("error", x.error);
   v("attempts", x.attempts);
   // structured output only: the schema check, and the retries' record when there were any
@@ -102,6 +112,91 @@ void describe(V& v, T& x) {
   v.only_if(retried, "retry_tokens", x.retry_tokens);
   v.only_if(retried, "first_text", x.first_text);
   v.only_if(retried, "first_tokens", x.first_tokens);
+}
+
+template <class V, Is<DistributionTest> T>
+void describe(V& v, T& x) {
+  v("factor", x.factor);
+  v("value", x.value);
+  v("reference", x.reference);
+  v("n_reference", x.n_reference);
+  v("n_other", x.n_other);
+  v("statistic", x.statistic);
+  v("p_value", x.p_value);
+  v("effect", x.effect);
+  v("differs", x.differs);
+  v("note", x.note);
+}
+
+template <class V, Is<CoBatchLevel> T>
+void describe(V& v, T& x) {
+  v("concurrency", x.concurrency);
+  v("control", x.control);
+  v("probes", x.probes);
+  v("others_min", x.others_min);
+  v("others_max", x.others_max);
+  v("others_mean", x.others_mean);
+  v("server_source", x.server_source);
+  v("server_status", x.server_status);
+  v("server_running_max", x.server_running_max);
+  v("server_running_mean", x.server_running_mean);
+  v("server_samples", x.server_samples);
+  v("response_max_batch", x.response_max_batch);
+  v("co_batched", x.co_batched);
+  v("evidence", x.evidence);
+}
+
+template <class V, Is<EndpointPosture> T>
+void describe(V& v, T& x) {
+  v("engine", x.engine);
+  v("version", x.version);
+  v("deterministic", x.deterministic);
+  v("batch_invariance", x.batch_invariance);
+  v("sources", x.sources);
+  v("info", x.info, kEmptyObjectIfNull);
+  v("system_fingerprint", x.system_fingerprint);
+  v("findings", x.findings);
+}
+
+template <class V, Is<SeedProbeResult> T>
+void describe(V& v, T& x) {
+  v("api", x.api);
+  v("result", x.result);
+  v("same_pairs", x.same_pairs);
+  v("same_equal", x.same_equal);
+  v("diff_pairs", x.diff_pairs);
+  v("diff_distinct", x.diff_distinct);
+  v("errors", x.errors);
+  v("detail", x.detail);
+}
+
+template <class V, Is<EndpointEvidence> T>
+void describe(V& v, T& x) {
+  v("endpoint", x.endpoint);
+  v("posture", x.posture);
+  v("levels", x.levels);
+  v("seeds", x.seeds);
+  v("verified", x.verified);
+  v("finding", x.finding);
+}
+
+template <class V, Is<PanelMember> T>
+void describe(V& v, T& x) {
+  v("endpoint", x.endpoint);
+  v("hash", x.hash);
+  v("agrees", x.agrees);
+  v("first_divergence", x.first_divergence);
+  v("by_char", x.by_char);
+  v("completions", x.completions);
+}
+
+template <class V, Is<PanelCase> T>
+void describe(V& v, T& x) {
+  v("prompt_id", x.prompt_id);
+  v("decoding", x.decoding_id);
+  v("majority_hash", x.majority_hash);
+  v("agreeing", x.agreeing);
+  v("members", x.members);
 }
 
 template <class V, Is<Cluster> T>
@@ -261,6 +356,9 @@ void describe(V& v, T& x) {
   v("drift_size", x.drift_size);
   v.only_if(x.structured.has_value(), "structured", x.structured);  // plan with a JSON Schema only
   v.only_if(!x.fields.empty(), "fields", x.fields);                 // --answer-json-path only
+  v.only_if(!x.distribution.empty(), "distribution", x.distribution);  // sampled cases whose outputs vary
+  v.only_if(x.isolation_pairs > 0, "isolation_pairs", x.isolation_pairs);  // --isolation only
+  v.only_if(x.isolation_pairs > 0, "isolation_leaks", x.isolation_leaks);
 }
 
 template <class V, Is<ThroughputRow> T>
@@ -336,6 +434,8 @@ void describe(V& v, T& x) {
   v("error_rate", x.error_rate);
   v.only_if(x.structured.has_value(), "structured", x.structured);  // plan with a JSON Schema only
   v.only_if(x.response_cache.has_value(), "response_cache", x.response_cache);  // endpoints only
+  v.only_if(x.isolation.n > 0, "isolation", x.isolation);                        // --isolation only
+  v.only_if(x.isolation.n > 0, "isolation_finding", x.isolation_finding);
 }
 
 template <class V, Is<PromptVariant> T>
@@ -424,6 +524,8 @@ void describe(V& v, T& x) {
   v.only_if(x.baseline.has_value(), "baseline", x.baseline);  // run --baseline only
   v.only_if(!x.prompt_variants.empty(), "prompt_variants", x.prompt_variants);  // prompts file with variants
   v.only_if(!x.variants.empty(), "variants", x.variants);
+  v.only_if(!x.evidence.empty(), "evidence", x.evidence);  // endpoints only
+  v.only_if(!x.panel.empty(), "panel", x.panel);           // two or more endpoints
 }
 
 struct Writer;
@@ -690,6 +792,7 @@ void to_json(json& j, const ThroughputRow& v) { j = enc(v); }
 void to_json(json& j, const ModeSummary& v) { j = enc(v); }
 void to_json(json& j, const Thresholds& v) { j = enc(v); }
 void to_json(json& j, const Summary& v) { j = enc(v); }
+void to_json(json& j, const EndpointPosture& v) { j = enc(v); }
 void to_json(json& j, const AuditReport& v) {
   j = enc(v);
   j["schema"] = kReportSchema;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/audit/stats.hpp"
@@ -100,6 +101,14 @@ std::string terminal_variant_sections(const AuditReport& r) {
     out += "prompt variants:\n" + aligned(variants_table(r));
     for (const auto& f : variant_findings(r)) out += "finding: " + f + "\n";
   }
+  if (!r.evidence.empty()) {
+    out += "endpoints:\n" + aligned(posture_table(r));
+    out += "co-batching:\n" + aligned(cobatch_table(r));
+    if (auto seeds = seed_table(r); !seeds.rows.empty()) out += "seed:\n" + aligned(seeds);
+  }
+  if (auto panel = panel_table(r); !panel.rows.empty()) out += "replica panel:\n" + aligned(panel);
+  if (auto dist = distribution_table(r); !dist.rows.empty()) out += "sampled outputs as distributions:\n" + aligned(dist);
+  for (const auto& f : evidence_findings(r)) out += "finding: " + f + "\n";
   // The terminal shows the cache table only when some endpoint's responses look replayed.
   if (auto findings = response_cache_findings(r); !findings.empty()) {
     out += "response cache:\n" + aligned(response_cache_table(r));
@@ -152,6 +161,10 @@ std::string verdict_cause(const AuditReport& r) {
             "{}'{}': {} found no answer in {} of {} cases (their outputs are identical, so not "
             "divergent; TARa has nothing to compare): check {} against the outputs",
             why.empty() ? "" : "; ", mode_label(m.mode, m.precision), flag, m.no_answer_cases, m.cases, flag);
+  } else if (s.verdict == "unverified") {
+    for (const auto& m : s.modes)
+      if (m.gated && m.verdict == "unverified")
+        why += fmt::format("{}'{}': {}", why.empty() ? "" : "; ", m.mode, kUnverifiedWhy);
   } else if (s.verdict == "drift" && r.baseline) {
     why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
                       r.baseline->changes.size(), r.baseline->changes.size() == 1 ? "" : "s");

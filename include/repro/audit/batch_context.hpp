@@ -19,6 +19,10 @@ struct BatchContext {
   int mate_prompt_delta = 0;  // tokens added to its prompt (from the continuation of its text)
   int mate_prompt_tokens = 0; // > 0: its prompt is exactly this many tokens of the story of seed
                               // 1000000 + filler_seed (plan/story_tokens) before the delta; 0: its pool prompt
+  // Every filler's prompt tokens after the first replaced by as many tokens of the story of seed
+  // 2000000 + filler_seed + filler index, and its sampling seed changed: the batch keeps every shape
+  // (sizes, positions, prompt and decode lengths) with other contents.
+  bool other_contents = false;
 };
 
 struct FillerDraw {

@@ -6,8 +6,15 @@
 //   YELLOW  bit-level or answer-preserving drift: the same tokens with other bits in some context,
 //           or other tokens whose extracted answers are unchanged (an answer extractor is set).
 //   RED     answer or token drift, a changed model identity (model file digest; an endpoint's
-//           served model name or system_fingerprint), cases missing from the rerun, or a rerun that
+//           served model name or system_fingerprint), a changed engine, engine version or determinism
+//           posture of an endpoint (named first), cases missing from the rerun, or a rerun that
 //           could not vouch for anything (verdict "errors" or "interrupted").
+//
+// Sampled cases whose outputs the seed does not control (T > 0, more than one output in a run) are
+// compared as distributions, not by their sets of outputs (repro/audit/distribution.hpp): the
+// two-sample test of the baseline's completions against the rerun's is YELLOW below p = 0.05 and RED
+// below p = 0.001; with fewer than 5 completions per side it cannot test (YELLOW, saying so; 10 or
+// more per side give it useful power).
 //
 // Matching. Cases are matched by (prompt, decoding, mode or endpoint) as `diff` and `run --baseline`
 // match them (match_cases, repro/audit/compare.hpp). Token drift compares the set
@@ -32,6 +39,7 @@ struct CanaryResult {
   std::vector<std::string> alarms;  // one line per finding, RED ones first ("RED model digest ab12.. -> cd34..")
   int cases_compared = 0;
   int token_drift = 0, answer_drift = 0, answer_preserving = 0, bit_drift = 0;
+  int distribution_tests = 0;       // sampled cases compared as distributions
 };
 
 const char* canary_level_name(CanaryLevel l);  // "GREEN", "YELLOW", "RED"

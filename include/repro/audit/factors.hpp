@@ -21,6 +21,7 @@ enum class FactorId {
   FillerSet,          // "filler_set": "" (no batch mates), "f0", "f1", ...
   MateJoinStep,       // "mate_join_step"
   MatePromptDelta,    // "mate_prompt_delta"
+  MateContents,       // "mate_contents": "" (the drawn batch mates), "other" (same shapes, other contents)
   Seed,               // "seed"
   CacheState,         // "cache_state": "cold" / "warm" (endpoints)
   SystemFingerprint,  // "system_fingerprint" (endpoints)
@@ -42,12 +43,14 @@ const Factor* find_factor(const std::string& name);
 // The cluster tables of a case: local runs, and endpoints.
 inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorId::Position,
                                                  FactorId::FillerSet,    FactorId::MateJoinStep,
-                                                 FactorId::MatePromptDelta, FactorId::Seed};
+                                                 FactorId::MatePromptDelta, FactorId::MateContents,
+                                                 FactorId::Seed};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
                                                   FactorId::SystemFingerprint};
 // The drift-size tables, for both (an endpoint's concurrency is its batch_size there).
 inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       FactorId::Position,  FactorId::FillerSet,
                                                  FactorId::MateJoinStep,    FactorId::MatePromptDelta,
+                                                 FactorId::MateContents,
                                                  FactorId::Seed,            FactorId::CacheState, FactorId::Repeat};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).

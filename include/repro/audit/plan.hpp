@@ -56,6 +56,8 @@ struct PlanOptions {
   // remote
   std::vector<int> concurrency = {1, 8};
   bool cache_probe = true;
+  bool seed_probe = false;
+  bool isolation = false;         // local: every batch context again with other batch-mate contents        // per endpoint and API: is the seed honoured at T > 0? (seed_probe.hpp)
   // Chat message content that spells a control token of the model's chat template opens a turn of
   // its own; refused unless allowed (local engine only).
   bool allow_control_tokens = false;
@@ -130,6 +132,7 @@ struct ContextCell {
   int filler_set;       // index; filler seed = filler_seed + filler_set
   int mate_join_step = 0;     // the last batch mate joins after this many steps of the probe
   int mate_prompt_delta = 0;  // tokens added to its prompt
+  bool other_contents = false;  // the batch mates' tokens replaced, shapes kept (--isolation)
 };
 // Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
 // prompt deltas (batch size 1: one, without batch mates). A numeric position a batch size cannot

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -57,5 +58,15 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
 std::vector<Completion> run_cache_probe(const EndpointSpec& spec, const RemoteProbe& probe,
                                         int warm_repeats, const std::atomic<bool>* stop,
                                         RemoteStats* stats = nullptr);
+
+// The seed probe of one API path (spec.api): at T = 1 (top-p 1, no top-k) the probe's prompt is sent
+// with `seeds` seeds (probe.seed, probe.seed + 1, ...), each twice in a row, one request at a time.
+// "honoured": every same-seed pair agrees and some different-seed pair differs; "ignored": a same-seed
+// pair differs, or every different-seed pair agrees; "unknown": too few answers.
+inline constexpr int kSeedProbeSeeds = 4;  // seeds per API path: 8 requests
+SeedProbeResult run_seed_probe(const EndpointSpec& spec, const RemoteProbe& probe, int seeds,
+                               const std::atomic<bool>* stop, RemoteStats* stats = nullptr);
+// The decision above on recorded outputs: out[seed][k] is the k-th answer to that seed (unset: failed).
+void decide_seed_probe(SeedProbeResult& r, const std::vector<std::vector<std::optional<std::string>>>& out);
 
 }  // namespace repro

@@ -34,6 +34,10 @@ struct Completion {
   std::vector<std::string> filler_ids;
   int mate_join_step = 0;         // local: the last batch mate joined after this many probe steps (0: with all)
   int mate_prompt_delta = 0;      // local: tokens added to the last batch mate's prompt
+  // local: "" the drawn batch mates; "other": the same batch (sizes, positions, prompt and decode
+  // lengths) with other token contents (--isolation): kernels see the same shapes, so any difference
+  // from the drawn batch is leakage between rows, not rounding
+  std::string mate_contents;
   uint64_t seed = 0;
   int repeat = 0;
   std::string cache_state;        // remote: "cold" / "warm"; empty otherwise
@@ -66,6 +70,15 @@ struct Completion {
   // remote: the response headers that report it was served from a cache ("x-cache: HIT", "age: 31";
   // see repro/audit/response_cache.hpp), joined by "; "; empty when none did
   std::string cache_header;
+  // remote: co-batching evidence of this request (probes only). Its send, first byte and last byte
+  // in seconds since its concurrency level started (monotonic clock; -1 unknown); how many other
+  // requests of the run were in flight during its lifetime: fewest and most at any moment and the
+  // time-weighted mean; the largest batch its decoding shared as the server reported it in the
+  // response (repro-audit serve's extension field; -1 when the server does not say).
+  double send_s = -1, first_byte_s = -1, last_byte_s = -1;
+  int others_min = -1, others_max = -1;
+  double others_mean = -1;
+  int server_max_batch = -1;
   // failures are recorded, never counted as completions or divergence
   std::string error;              // non-empty: failed (cause)
   int attempts = 1;
@@ -78,6 +91,21 @@ struct Completion {
   int64_t retry_tokens = 0;
   std::string first_text;
   std::vector<int> first_tokens;
+};
+
+// A two-sample test of sampled outputs (src/audit/distribution.cpp): do the completions of one
+// context (a concurrency level, a baseline) come from the same distribution as the reference's?
+// MMD with a prefix kernel over token sequences, p-value by permutation.
+struct DistributionTest {
+  std::string factor;             // "concurrency" (against concurrency 1), "baseline" (canary / --baseline)
+  std::string value;              // the context compared ("8", or "this run")
+  std::string reference;          // the reference context ("1", or "baseline")
+  int n_reference = 0, n_other = 0;
+  double statistic = 0;           // unbiased MMD^2 estimate (may be slightly negative)
+  double p_value = 1;             // permutation p-value
+  double effect = 0;              // MMD (biased estimate, square root), 0..1
+  bool differs = false;           // p_value < alpha
+  std::string note;               // why no test ran (too few samples), empty otherwise
 };
 
 // A cluster of identical outputs within one case.
@@ -201,6 +229,12 @@ struct CaseResult {
   DriftSize drift_size;              // size of the drift against the reference context
   std::optional<StructuredCase> structured;  // plan with a JSON Schema only
   std::vector<FieldAgreement> fields;        // one per --answer-json-path path (empty without)
+  // --isolation: batch contexts run twice, with the drawn batch mates and with other contents at the
+  // same shapes; pairs compared, and pairs whose probe output differs (tokens or bits): leakage
+  int isolation_pairs = 0, isolation_leaks = 0;
+  // sampled cases whose outputs vary (the seed does not control them): each context against the
+  // reference context, as distributions (empty otherwise)
+  std::vector<DistributionTest> distribution;
 };
 
 struct ThroughputRow {
@@ -290,6 +324,73 @@ struct ResponseCacheSigns {
   std::string finding;            // one line; empty when nothing points to a cache
 };
 
+// Co-batching evidence of one endpoint at one concurrency level, over every probe the level sent
+// (all prompts and decoding configs): did the probe really share the server with other requests?
+struct CoBatchLevel {
+  int concurrency = 1;
+  bool control = false;           // the concurrency-1 reference: the probe alone, every filler idle
+  int probes = 0;                 // probes with client timing
+  int others_min = 0;             // fewest other requests in flight during any probe's lifetime
+  int others_max = 0;             // most other requests in flight at once during a probe
+  double others_mean = 0;         // time-weighted mean over a probe's lifetime, averaged over probes
+  std::string server_source;      // where the server-side figures came from; empty: none
+  std::string server_status = "unknown";  // "known", or "unknown: <why>"
+  std::optional<double> server_running_max, server_running_mean;  // requests the server ran at once
+  int server_samples = 0;
+  std::optional<int> response_max_batch;  // largest batch a probe's decoding shared (response field)
+  bool co_batched = false;
+  std::string evidence;           // one line: why the level is or is not co-batched
+};
+
+// What the endpoint says it is (preflight): engine, version and determinism posture.
+struct EndpointPosture {
+  std::string engine = "unknown";  // "vllm", "sglang", "llama.cpp", "tgi", "ollama", "repro-audit", "unknown"
+  std::string version;            // empty: unknown
+  std::string deterministic = "unknown";     // deterministic mode: "on" / "off" / "unknown"
+  std::string batch_invariance = "unknown";  // "claimed" / "not claimed" / "unknown"
+  std::vector<std::string> sources;  // what told us: "GET /version", "header server: llama.cpp", ...
+  nlohmann::json info;            // the fields the info routes returned that matter here
+  std::string system_fingerprint; // the tiny request's, when the API returns one
+  std::vector<std::string> findings;  // plain-language lines
+};
+
+// Whether the endpoint honours `seed` on one API path (--seed-probe).
+struct SeedProbeResult {
+  std::string api;                // "completions" / "chat"
+  std::string result = "unknown"; // "honoured" / "ignored" / "unknown"
+  int same_pairs = 0, same_equal = 0;      // the same seed sent twice: pairs, pairs with equal outputs
+  int diff_pairs = 0, diff_distinct = 0;   // different seeds: pairs, pairs with different outputs
+  int errors = 0;
+  std::string detail;             // one line
+};
+
+// The remote evidence of one endpoint: posture, co-batching per level, seed probes.
+struct EndpointEvidence {
+  std::string endpoint;           // the endpoint label
+  EndpointPosture posture;
+  std::vector<CoBatchLevel> levels;   // by concurrency
+  std::vector<SeedProbeResult> seeds;
+  bool verified = false;          // some level (not the control) was co-batched
+  std::string finding;            // one line when not verified
+};
+
+// Several endpoints serving one model compared as a panel, per case (prompt, decoding): each
+// endpoint's most frequent output against the panel's majority output.
+struct PanelMember {
+  std::string endpoint;
+  std::string hash;               // the endpoint's most frequent output
+  bool agrees = false;            // equal to the panel's majority output
+  int first_divergence = -1;      // first token (or character, tokens unknown) where it leaves the majority
+  bool by_char = false;           // first_divergence counts characters
+  int completions = 0;
+};
+struct PanelCase {
+  std::string prompt_id, decoding_id;
+  std::string majority_hash;
+  int agreeing = 0;
+  std::vector<PanelMember> members;
+};
+
 // Per mode/endpoint headline: reproducibility next to throughput relative to default.
 struct ModeSummary {
   std::string mode;
@@ -313,6 +414,10 @@ struct ModeSummary {
   double error_rate = 0;          // failed_requests / requests (0 when none)
   std::optional<StructuredSummary> structured;  // plan with a JSON Schema only
   std::optional<ResponseCacheSigns> response_cache;  // endpoints only
+  // --isolation: context pairs (drawn batch mates / other contents, same shapes) whose probe output
+  // differs, over the mode's cases; and its one-line finding
+  Rate isolation;
+  std::string isolation_finding;
 };
 
 // How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
@@ -404,6 +509,10 @@ struct AuditReport {
   std::vector<TradeoffRow> tradeoff;           // filled by analyze(): always the four approaches
   std::vector<PromptVariant> prompt_variants;  // prompts that are variants of a task (prompts file)
   std::vector<TaskVariants> variants;          // filled by analyze() when prompt_variants is not empty
+  // remote runs: the runner records posture, co-batching levels and seed probes; analyze() decides
+  // `verified` and the panel (two or more endpoints)
+  std::vector<EndpointEvidence> evidence;
+  std::vector<PanelCase> panel;
 };
 
 }  // namespace repro

@@ -6,13 +6,16 @@
 //                  and fillers) is over thresholds.max_error_rate;
 //   "divergent"    more than max_divergent divergent cases, or a TARr rate (over the cases that got
 //                  completions) below min_tarr;
+//   "unverified"   (endpoints) reproducible, but no concurrency level co-batched the probe with
+//                  another request (repro/audit/cobatch.hpp): nothing was proven about batching;
 //   "no answer"    an answer extractor found no answer in any completion of some case whose outputs
 //                  are identical (such a case is "no answer", not divergent);
 //   "reproducible" otherwise.
 // The gate is a separate column: "pass" when a gated mode is reproducible, "fail" otherwise,
 // "not gated" ("no answer" passes: the outputs are reproducible). The run's verdict: "interrupted";
 // else "errors" when a gated mode failed on errors or did not run, or no mode is gated; else
-// "divergent"; else "drift" when a --baseline drifted; else "no answer" when a gated mode's verdict is
+// "divergent"; else "drift" when a --baseline drifted; else "unverified" when a gated endpoint is
+// unverified (exit 4); else "no answer" when a gated mode's verdict is
 // "no answer" (exit 0, with a warning); else "reproducible". Errors never count as divergence, nor
 // does a missing answer.
 #pragma once
@@ -44,7 +47,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order);
 std::string case_verdict(const CaseResult& c);
 
 // Exit status for a finished, analysed report: 130 interrupted, 3 errors, 1 divergent or drift,
-// 0 reproducible or no answer (see include/repro/common/error.hpp).
+// 4 unverified, 0 reproducible or no answer (see include/repro/common/error.hpp).
 int exit_code_for(const AuditReport& report);
 
 // Checks --gate-modes (or the profile's gate modes) against the modes or endpoint labels of the

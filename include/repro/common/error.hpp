@@ -11,6 +11,7 @@ enum ExitCode : int {
   kExitDivergent = 1,    // divergence over threshold (or drift, for `diff`)
   kExitUsage = 2,        // usage error or bad input
   kExitBackend = 3,      // backend failure (engine, endpoint)
+  kExitUnverified = 4,   // a gated endpoint is UNVERIFIED: no probe shared the server with another request
   kExitInterrupted = 130, // Ctrl-C (SIGINT); what was finished is still written
   kExitTerminated = 143   // SIGTERM, handled like SIGINT
 };

@@ -36,6 +36,9 @@ void validate_endpoint(const EndpointSpec& spec);
 // "cache-status" (cf-cache-status, ...) whose value contains HIT or STALE (any case); age above 0.
 std::string cache_hit_header(std::string_view line);
 
+// Seconds on the monotonic clock the client stamps requests with (RemoteResult::t_send, ...).
+double monotonic_seconds();
+
 // ---------------------------------------------------------------- one GET
 
 struct HttpGetResult {
@@ -43,6 +46,7 @@ struct HttpGetResult {
   std::string error;                  // libcurl's message when cause != none (never holds the key)
   long status = 0;
   std::string content_type, location;  // location: where a redirect points (redirects are not followed)
+  std::string server;                  // the Server response header (at most 200 bytes), empty when absent
   std::string body;
 };
 
@@ -84,6 +88,9 @@ struct RemoteResult {
   double ttft_s = 0;               // streaming: start to the first generated text
   std::string cache_header;        // cache-hit headers of the last attempt's response (cache_hit_header), "; "-joined
   int attempts = 1;
+  // The last attempt's send, first response byte and end (the last byte, a failure or an abort) on
+  // the monotonic clock (monotonic_seconds()); -1 when unknown (never sent, no byte received).
+  double t_send = -1, t_first_byte = -1, t_last_byte = -1;
   std::string error;               // non-empty on failure: "<cause>: <detail> (after N attempts)"
   FailCause cause = FailCause::none;
   bool aborted = false;

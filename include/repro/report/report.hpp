@@ -85,6 +85,14 @@ std::string variants_intro();                            // how the table is com
 TextTable response_cache_table(const AuditReport& r);    // one row per endpoint
 std::vector<std::string> response_cache_findings(const AuditReport& r);
 std::string response_cache_intro();                      // the three signs and the latency threshold
+// ---- remote evidence, shared by Markdown, HTML and terminal (src/report/evidence_text.cpp)
+TextTable posture_table(const AuditReport& r);       // per endpoint: engine, version, deterministic mode, batch invariance
+TextTable cobatch_table(const AuditReport& r);       // per endpoint and concurrency level: co-batching evidence
+TextTable seed_table(const AuditReport& r);          // per endpoint and API: seed honoured / ignored / unknown
+TextTable panel_table(const AuditReport& r);         // per case: which endpoints hold the panel's majority output
+TextTable distribution_table(const AuditReport& r);  // sampled cases: two-sample tests against the reference
+std::vector<std::string> evidence_findings(const AuditReport& r);  // UNVERIFIED, posture, seed and panel lines
+std::string evidence_intro();
 // Terms used by the reports, with their definitions.
 std::vector<std::pair<std::string, std::string>> glossary(const AuditReport& r);
 

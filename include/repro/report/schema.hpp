@@ -27,6 +27,7 @@ void to_json(nlohmann::json& j, const ThroughputRow& v);
 void to_json(nlohmann::json& j, const ModeSummary& v);
 void to_json(nlohmann::json& j, const Thresholds& v);
 void to_json(nlohmann::json& j, const Summary& v);
+void to_json(nlohmann::json& j, const EndpointPosture& v);
 // The whole report document, with digests.prompts_sha256 / model_sha256 / profile_sha256 but without
 // digests.report_sha256 (see repro/report/canonical.hpp for that one).
 void to_json(nlohmann::json& j, const AuditReport& v);
