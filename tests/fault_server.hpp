@@ -79,6 +79,13 @@ struct FaultServerOptions {
   // ---- an engine's own routes (info, metrics): GET path -> (content type, body), answered as given
   std::map<std::string, std::pair<std::string, std::string>> get_routes;
   std::string server_header;        // non-empty: every response carries "Server: <this>"
+  // ---- what a server exposes beside its API (the server-metrics sampler's tests)
+  std::string metrics_body;         // non-empty: GET /metrics answers it (text/plain), "{running}" replaced
+                                    // by the completions in flight now; empty: 404
+  std::string slots_body;           // the same for GET /slots (application/json); empty: 404
+  int metrics_repeat = 1;           // the body is sent this many times over (a huge body)
+  double metrics_delay_s = 0;       // /metrics and /slots start answering after this long
+  double metrics_drip_s = 0;        // > 0: the body goes out one byte per this many seconds
 };
 
 struct SeenRequest {
@@ -114,6 +121,12 @@ class FaultServer {
       svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
         res.set_header("Server", opt_.server_header);
       });
+    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      exposed(req, res, opt_.metrics_body, "text/plain; version=0.0.4");
+    });
+    svr.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+      exposed(req, res, opt_.slots_body, "application/json");
+    });
     svr.Post("/v1/chat/completions", h);
     svr.Post("/v1/completions", h);
     svr.Post(R"(/openai/deployments/([^/]+)/chat/completions)", h);
@@ -233,6 +246,32 @@ class FaultServer {
   }
 
   // Bounded sleep that ends early when the server stops.
+  // GET /metrics or /slots: `body` ("{running}" = completions in flight), repeated, delayed or dripped.
+  void exposed(const httplib::Request& req, httplib::Response& res, const std::string& body, const char* type) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (received_.size() < 20000) received_.push_back({req.method, req.path, req.get_header_value("Authorization")});
+    }
+    if (body.empty()) return error_body(res, 404, "Not found", req);
+    nap(opt_.metrics_delay_s);
+    std::string one = body;
+    for (size_t at; (at = one.find("{running}")) != std::string::npos;)
+      one.replace(at, 9, std::to_string(current.load()));
+    std::string all;
+    all.reserve(one.size() * static_cast<size_t>(std::max(1, opt_.metrics_repeat)));
+    for (int i = 0; i < std::max(1, opt_.metrics_repeat); ++i) all += one;
+    if (opt_.metrics_drip_s <= 0) return res.set_content(all, type);
+    const double drip = opt_.metrics_drip_s;
+    res.set_chunked_content_provider(type, [this, all, drip](size_t off, httplib::DataSink& sink) {
+      if (stopping_ || off >= all.size()) {
+        sink.done();
+        return true;
+      }
+      nap(drip);
+      return sink.write(all.data() + off, 1);
+    });
+  }
+
   void nap(double s) {
     auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
     while (!stopping_ && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -145,8 +145,9 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   auto* sub = parent.add_subcommand(
       "serve",
       "Serve the local engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
-      "streaming and not, /v1/models, /health) with continuous batching. Responses carry a\n"
-      "system_fingerprint (engine version, mode, model SHA-256) and the generated token ids.");
+      "streaming and not, /v1/models, /health, /info, Prometheus /metrics) with continuous batching.\n"
+      "Responses carry a system_fingerprint (engine version, mode, model SHA-256), the generated token\n"
+      "ids and \"repro_audit\": {\"max_batch\": N}, the largest batch the request was decoded in.");
   EngineFlagSpec spec;
   spec.model_must_exist = true;
   spec.chat_template = true;

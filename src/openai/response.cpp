@@ -135,6 +135,13 @@ static void take_meta(const json& j, ParsedResponse& r) {
     r.created = it->get<int64_t>();
   if (auto it = j.find("system_fingerprint"); it != j.end() && it->is_string() && r.system_fingerprint.empty())
     r.system_fingerprint = it->get<std::string>();
+  if (auto it = j.find("repro_audit"); it != j.end() && it->is_object()) {
+    auto mb = it->find("max_batch");
+    if (mb != it->end() && mb->is_number_integer()) {
+      const int64_t v = mb->get<int64_t>();
+      if (v >= 1 && v <= INT32_MAX && v > r.max_batch) r.max_batch = static_cast<int>(v);
+    }
+  }
   if (auto it = j.find("usage"); it != j.end() && it->is_object()) {
     auto pt = it->find("prompt_tokens"), ct = it->find("completion_tokens");
     if (pt != it->end() && pt->is_number_integer()) r.prompt_tokens = static_cast<int>(pt->get<int64_t>());

@@ -168,6 +168,10 @@ json stream_chunk(const ApiContext& cx, const Parsed& p, const std::string& id, 
   return response_json(o);
 }
 
+void add_batch_extension(json& response, int max_batch) {
+  response[kBatchExtension] = json{{"max_batch", max_batch}};
+}
+
 json usage_chunk(const ApiContext& cx, const Parsed& p, const std::string& id, int64_t created, int completion_tokens) {
   ResponseOut o = response_head(cx, p, id, created, true);
   o.usage = std::make_pair(static_cast<int>(p.gen.prompt.size()), completion_tokens);

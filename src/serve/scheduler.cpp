@@ -5,13 +5,15 @@
 #include <unordered_map>
 
 #include "repro/common/error.hpp"
+#include "repro/serve/metrics.hpp"
 
 namespace repro::serve {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 
-void finish(const std::shared_ptr<Job>& j, GenResult r) {
+void finish(const std::shared_ptr<Job>& j, GenResult r, Metrics* m) {
+  if (m) m->finished("ok");
   {
     std::lock_guard<std::mutex> lk(j->mu);
     j->result = std::move(r);
@@ -20,7 +22,9 @@ void finish(const std::shared_ptr<Job>& j, GenResult r) {
   j->cv.notify_all();
 }
 
-void fail(const std::shared_ptr<Job>& j, int status, const std::string& msg, const std::string& code) {
+void fail(const std::shared_ptr<Job>& j, int status, const std::string& msg, const std::string& code,
+          Metrics* m) {
+  if (m) m->finished(status == 499 ? "cancelled" : std::to_string(status));
   {
     std::lock_guard<std::mutex> lk(j->mu);
     j->error_status = status;
@@ -55,9 +59,10 @@ void Scheduler::submit(const std::shared_ptr<Job>& job) {
     if (!refused) {
       queue_.push_back(job);
       st_.requests++;
+      if (metrics_) metrics_->set_waiting(static_cast<int>(queue_.size()));
     }
   }
-  if (refused) fail(job, 503, "the server is shutting down", "server_shutting_down");
+  if (refused) fail(job, 503, "the server is shutting down", "server_shutting_down", metrics_);
   else cv_.notify_all();
 }
 
@@ -104,7 +109,8 @@ void Scheduler::resume() {
 void Scheduler::loop() {
   std::unordered_map<int, std::shared_ptr<Job>> running;
   auto bind = [&] {
-    engine_->on_token = [&running](int handle, int token, float logprob, const std::vector<TokenLogprob>& top) {
+    engine_->on_token = [this, &running](int handle, int token, float logprob, const std::vector<TokenLogprob>& top) {
+      if (metrics_) metrics_->generated_tokens(1);
       auto it = running.find(handle);
       if (it == running.end()) return;
       Job& j = *it->second;
@@ -141,14 +147,15 @@ void Scheduler::loop() {
           admit.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }
+      if (metrics_) metrics_->set_waiting(static_cast<int>(queue_.size()));
     }
     int64_t cancelled_now = 0;
     for (auto& j : dropped) {
       if (j->cancelled) {
-        fail(j, 499, "the client closed the connection", "client_closed_request");
+        fail(j, 499, "the client closed the connection", "client_closed_request", metrics_);
         ++cancelled_now;
       } else {
-        fail(j, 503, kShutdownMessage, "server_shutting_down");
+        fail(j, 503, kShutdownMessage, "server_shutting_down", metrics_);
       }
     }
     // Jobs whose client left (or, at the end of the grace period, every job) leave the batch now.
@@ -157,10 +164,10 @@ void Scheduler::loop() {
       if (gone || expired) {
         engine_->cancel(it->first);
         if (gone) {
-          fail(it->second, 499, "the client closed the connection", "client_closed_request");
+          fail(it->second, 499, "the client closed the connection", "client_closed_request", metrics_);
           ++cancelled_now;
         } else {
-          fail(it->second, 503, kShutdownMessage, "server_shutting_down");
+          fail(it->second, 503, kShutdownMessage, "server_shutting_down", metrics_);
         }
         it = running.erase(it);
       } else {
@@ -170,16 +177,19 @@ void Scheduler::loop() {
     int64_t joined = 0;
     for (auto& j : admit) {
       try {
+        const auto prompt = static_cast<int64_t>(j->req.prompt.size());
         int h = engine_->submit(j->req);
         running[h] = j;
         if (busy) ++joined;
+        if (metrics_) metrics_->prompt_tokens(prompt);
       } catch (const UsageError& e) {
-        fail(j, 400, e.what(), "invalid_value");
+        fail(j, 400, e.what(), "invalid_value", metrics_);
       } catch (const std::exception& e) {
-        fail(j, 500, std::string("the engine rejected the request: ") + e.what(), "engine_error");
+        fail(j, 500, std::string("the engine rejected the request: ") + e.what(), "engine_error", metrics_);
       }
     }
     if (!engine_->busy()) {
+      if (metrics_) metrics_->set_running(0);
       std::lock_guard<std::mutex> lk(mu_);
       st_.joined_running += joined;
       st_.cancelled += cancelled_now;
@@ -187,12 +197,15 @@ void Scheduler::loop() {
       continue;
     }
     const int batch = engine_->active();
+    for (auto& [h, j] : running)
+      if (j->max_batch.load() < batch) j->max_batch = batch;  // only this thread writes it
+    if (metrics_) metrics_->set_running(batch);
     std::vector<int> finished;
     try {
       finished = engine_->step();
     } catch (const std::exception& e) {
       // The engine's state is unknown after a failed step: fail what it held and start afresh.
-      for (auto& [h, j] : running) fail(j, 500, std::string("engine failure: ") + e.what(), "engine_error");
+      for (auto& [h, j] : running) fail(j, 500, std::string("engine failure: ") + e.what(), "engine_error", metrics_);
       running.clear();
       engine_ = std::make_unique<Engine>(model_, eopts_);
       bind();
@@ -219,7 +232,11 @@ void Scheduler::loop() {
       st_.active = engine_->active();
       st_.tokens = engine_->generated_tokens();
     }
-    for (auto& [job, r] : results) finish(job, std::move(r));
+    if (metrics_) {
+      metrics_->step(batch);
+      metrics_->set_running(engine_->active());
+    }
+    for (auto& [job, r] : results) finish(job, std::move(r), metrics_);
     if (on_step_) on_step_(batch);
   }
   std::lock_guard<std::mutex> lk(mu_);

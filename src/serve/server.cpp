@@ -26,7 +26,9 @@
 #include "connections.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/common/version.hpp"
 #include "repro/serve/api.hpp"
+#include "repro/serve/metrics.hpp"
 #include "repro/serve/scheduler.hpp"
 
 namespace repro {
@@ -58,6 +60,7 @@ struct Server::Impl {
   ApiContext cx;
   int64_t created_at = 0;
 
+  std::unique_ptr<Metrics> metrics;  // GET /metrics; the scheduler updates it
   std::unique_ptr<Scheduler> sched;
   GuardedHttp http;
   std::unique_ptr<Pool> workers;
@@ -92,7 +95,19 @@ struct Server::Impl {
     cx.max_tokens_limit = opts.max_tokens_limit;
     cx.parse_special = opts.parse_special;
     created_at = static_cast<int64_t>(std::time(nullptr));
+    MetricsInfo mi;
+    mi.version = REPRO_VERSION;
+    mi.commit = tool_commit();
+    mi.mode = mode_name(eopts.mode);
+    mi.device = device_name(eopts.device);
+    mi.precision = precision_name(eopts.precision);
+    mi.model = cx.name;
+    mi.model_sha256 = model.file_sha256;
+    mi.fingerprint = cx.fingerprint;
+    mi.max_batch = opts.max_batch;
+    metrics = std::make_unique<Metrics>(mi);
     sched = std::make_unique<Scheduler>(model, eopts, opts.max_batch, opts.on_step);
+    sched->set_metrics(metrics.get());
   }
 
   std::string new_id(const char* prefix) {
@@ -118,6 +133,7 @@ struct Server::Impl {
   // ---- handlers -----------------------------------------------------------------------------
 
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    bool queued = false;  // from then on the scheduler counts how the request ends
     try {
       if (stopping) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
       check_auth(req);
@@ -128,6 +144,7 @@ struct Server::Impl {
       const std::string id = new_id(chat ? "chatcmpl" : "cmpl");
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       sched->submit(job);
+      queued = true;
       if (!p->stream) {
         std::unique_lock<std::mutex> lk(job->mu);
         while (!job->done) {
@@ -143,11 +160,14 @@ struct Server::Impl {
           throw ApiError(job->error_status, job->error, "", job->error_code,
                          job->error_status == 400 ? "invalid_request_error" : "server_error");
         res.status = 200;
-        res.set_content(dump(full_response(cx, *p, job->result, id, created)), "application/json");
+        json body = full_response(cx, *p, job->result, id, created);
+        add_batch_extension(body, job->max_batch.load());
+        res.set_content(dump(body), "application/json");
         return;
       }
       stream(res, p, job, id, created);
     } catch (const ApiError& e) {
+      if (!queued) metrics->finished(std::to_string(e.status));
       send_error(res, e);
     }
   }
@@ -203,7 +223,10 @@ struct Server::Impl {
                            std::optional<std::string> finish) {
             const bool role = !state->role_sent;
             state->role_sent = true;
-            return emit(stream_chunk(cx, *p, id, created, delta, role, toks, lps, tops, from, to, offset, std::move(finish)));
+            const bool last = finish.has_value();
+            json c = stream_chunk(cx, *p, id, created, delta, role, toks, lps, tops, from, to, offset, std::move(finish));
+            if (last) add_batch_extension(c, job->max_batch.load());
+            return emit(c);
           };
           // Once finished, the engine's result is the truth for tokens and text.
           if (done && job->error_status == 0) {
@@ -237,7 +260,9 @@ struct Server::Impl {
               rest = r.text.substr(state->sent);
             if (!chunk(rest, toks.size(), toks.size(), state->sent, r.finish_reason)) return false;
             if (p->include_usage) {
-              if (!emit(usage_chunk(cx, *p, id, created, static_cast<int>(r.tokens.size())))) return false;
+              json u = usage_chunk(cx, *p, id, created, static_cast<int>(r.tokens.size()));
+              add_batch_extension(u, job->max_batch.load());
+              if (!emit(u)) return false;
             }
           }
           if (!sink.write(kSseDone.data(), kSseDone.size())) return false;
@@ -260,6 +285,22 @@ struct Server::Impl {
               {"context_length", model.config.context_length},
               {"system_fingerprint", cx.fingerprint}};
     return json{{"object", "list"}, {"data", json::array({m})}};
+  }
+
+  // GET /info: who this server is and how it batches, so a client can identify it (its posture).
+  json info_json() const {
+    return json{{"engine", "repro-audit"},
+                {"version", REPRO_VERSION},
+                {"commit", tool_commit()},
+                {"mode", mode_name(eopts.mode)},
+                {"device", device_name(eopts.device)},
+                {"precision", precision_name(eopts.precision)},
+                {"max_batch", sched->max_batch()},
+                {"model", cx.name},
+                {"model_sha256", model.file_sha256},
+                {"system_fingerprint", cx.fingerprint},
+                {"metrics", "/metrics"},
+                {"batch_extension", std::string(kBatchExtension) + ".max_batch"}};
   }
 
   // Every route marks its connection as handling first: from then on it is never evicted.
@@ -328,6 +369,14 @@ struct Server::Impl {
       res.status = stopping ? 503 : 200;
       res.set_content(dump(j), "application/json");
     }));
+    // Prometheus text (docs/REMOTE.md "serve's /metrics"); like /health, no key needed: it holds counts
+    // and the posture /health already shows, nothing of any request.
+    http.Get("/metrics", route([this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
+    }));
+    http.Get("/info", route([this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump(info_json()), "application/json");
+    }));
     http.Get("/v1/models", route([this](const httplib::Request& req, httplib::Response& res) {
       try {
         check_auth(req);
@@ -366,7 +415,7 @@ struct Server::Impl {
         case 413: msg = body_limit_message(cx.max_body_bytes); code = "request_too_large"; break;
         case 404:
           msg = fmt::format("unknown endpoint {} {}; this server has POST /v1/completions, POST "
-                            "/v1/chat/completions, GET /v1/models, GET /health",
+                            "/v1/chat/completions, GET /v1/models, GET /health, GET /info, GET /metrics",
                             req.method, req.path);
           code = "not_found";
           break;
@@ -450,6 +499,7 @@ void Server::start() {
                                  I.opts.host, I.opts.port));
   try {
     I.sched->start();  // builds the engine: a model the op table cannot read is refused here
+    I.metrics->set_max_batch(I.sched->max_batch());
   } catch (...) {
     I.http.close_listener();
     throw;  // not started: stop() and the destructor have nothing to undo

@@ -78,6 +78,10 @@ struct ParsedResponse {
   std::string finish_reason, system_fingerprint, model, id;
   int64_t created = 0;
   int prompt_tokens = -1, completion_tokens = -1;
+  // repro-audit serve's extension "repro_audit": {"max_batch": N}: the largest batch (sequences in one
+  // engine step) among the steps that decoded this request (a stream: the largest any chunk gave);
+  // -1 when the server did not say.
+  int max_batch = -1;
   bool saw_done = false;           // stream: "data: [DONE]"
   int events = 0;                  // stream: data events seen
   FailCause cause = FailCause::none;

@@ -63,6 +63,11 @@ json stream_chunk(const ApiContext& cx, const Parsed& p, const std::string& id, 
                   const std::string& delta, bool role, const std::vector<int>& tokens, const std::vector<float>& lps,
                   const std::vector<std::vector<TokenLogprob>>& top, size_t from, size_t to, size_t offset,
                   std::optional<std::string> finish);
+// serve's extension of a completion response (the full response; in a stream, the chunk with the
+// finish_reason and the usage chunk): "repro_audit": {"max_batch": N}, N the largest batch (sequences in
+// one engine step) among the steps that decoded this request. A client proves co-batching with it.
+inline constexpr const char* kBatchExtension = "repro_audit";
+void add_batch_extension(json& response, int max_batch);
 // The stream's usage chunk (stream_options.include_usage): no choices.
 json usage_chunk(const ApiContext& cx, const Parsed& p, const std::string& id, int64_t created, int completion_tokens);
 

@@ -32,7 +32,12 @@ struct Job {
   int error_status = 0;  // != 0: failed with this HTTP status
   std::string error, error_code;
   std::atomic<bool> cancelled{false};  // set by cancel(): the client is gone
+  // The largest batch (sequences in one engine step) of the steps this request was part of; 0 before
+  // its first step. Responses carry it as "repro_audit": {"max_batch": N}.
+  std::atomic<int> max_batch{0};
 };
+
+class Metrics;
 
 struct SchedulerStats {
   int64_t requests = 0, completed = 0, cancelled = 0, steps = 0, tokens = 0, joined_running = 0;
@@ -54,6 +59,11 @@ class Scheduler {
   void drain(std::chrono::steady_clock::time_point deadline);
 
   SchedulerStats stats() const;
+  // The metrics the engine thread updates (steps, batch sizes, tokens, queue, finished requests);
+  // set before start(), outliving the scheduler. nullptr: none.
+  void set_metrics(Metrics* m) { metrics_ = m; }
+  // The most sequences one step may decode (1 when the mode decodes requests alone; after start()).
+  int max_batch() const { return max_batch_; }
   void pause();
   void resume();
 
@@ -63,6 +73,7 @@ class Scheduler {
   EngineOptions eopts_;
   int max_batch_;
   std::function<void(int)> on_step_;
+  Metrics* metrics_ = nullptr;
   std::unique_ptr<Engine> engine_;
   std::thread thread_;
   mutable std::mutex mu_;

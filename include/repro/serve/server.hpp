@@ -1,12 +1,14 @@
 // `repro-audit serve`: an OpenAI-compatible HTTP server (cpp-httplib) over the local Engine.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (streaming as SSE and not),
-// GET /v1/models, GET /health. Continuous batching: ONE engine thread owns the Engine; HTTP handler
+// GET /v1/models, GET /health, GET /info (engine, version, mode, max batch, model), GET /metrics
+// (Prometheus text, repro/serve/metrics.hpp). Continuous batching: ONE engine thread owns the Engine; HTTP handler
 // threads only enqueue requests and wait for the tokens the engine thread routes back to them, so a
 // request that arrives while others decode joins the running batch at the next step.
 //
 // Non-standard response fields for auditing clients: choices[0].token_ids (generated ids) and, in
-// streaming chunks, the ids of that chunk; `system_fingerprint` is server_fingerprint() below.
+// streaming chunks, the ids of that chunk; "repro_audit": {"max_batch": N} (the largest batch the
+// request's steps decoded; a stream's last chunks); `system_fingerprint` is server_fingerprint() below.
 #pragma once
 #include <cstddef>
 #include <cstdint>
