@@ -418,3 +418,53 @@ TEST_CASE("canary: sampled outputs the seed does not control are compared as dis
   CHECK(c.distribution_tests == 1);
   CHECK(c.token_drift == 0);
 }
+
+TEST_CASE("run against a vLLM-speaking loopback server: /version and /metrics are the evidence; bad /metrics never fails the run") {
+  // Its running gauge reports the completions really in flight ({running}), in vLLM's format.
+  const std::string vllm_metrics =
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "# TYPE vllm:num_requests_running gauge\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} {running}\n";
+  struct Case {
+    const char* name;
+    std::string body;
+    int repeat;
+    double delay_s;
+  };
+  const Case cases[] = {{"vllm", vllm_metrics, 1, 0},
+                        {"garbage", "this is {not} prometheus text\n\x01\x02", 1, 0},
+                        {"huge", vllm_metrics, 200000, 0},
+                        {"slow", vllm_metrics, 1, 4.0}};
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    test::FaultServerOptions o;
+    o.get_routes["/version"] = {"application/json", info("vllm-version.json")};
+    o.metrics_body = c.body;
+    o.metrics_repeat = c.repeat;
+    o.metrics_delay_s = c.delay_s;
+    o.slow_s = 0.15;
+    test::FaultServer srv(o);
+    srv.add_rule("", test::Fault::slow);  // every completion takes a while: requests overlap
+    auto out = test::scratch_dir(std::string("evidence-vllm-") + c.name);
+    auto res = test::run_cli("run --quiet --endpoint v=" + srv.url() + "/v1 --api-model m --api completions"
+                             " --concurrency 1,4 --repeats 3 --max-tokens 4 --no-cache-probe --prompt hi"
+                             " --format json,md --out '" + out.string() + "'");
+    CHECK(res.code == 0);
+    AuditReport r = load_report((out / "report.json").string());
+    REQUIRE(r.evidence.size() == 1);
+    CHECK(r.evidence[0].posture.engine == "vllm");
+    CHECK(r.evidence[0].posture.version == "0.11.0");
+    REQUIRE(r.evidence[0].levels.size() == 2);
+    const CoBatchLevel& l4 = r.evidence[0].levels[1];
+    CHECK(l4.co_batched);
+    if (std::string(c.name) == "vllm") {
+      CHECK(l4.server_status == "known");
+      CHECK(l4.server_source.find("vllm:num_requests_running") != std::string::npos);
+      REQUIRE(l4.server_running_max.has_value());
+      CHECK(*l4.server_running_max >= 2);
+    } else {
+      CHECK(l4.server_status.rfind("unknown: ", 0) == 0);  // said so, with the reason
+      CHECK(l4.evidence.find("client side only") != std::string::npos);
+    }
+  }
+}

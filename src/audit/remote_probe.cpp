@@ -34,6 +34,7 @@ Completion completion_from(const RemoteResult& res) {
   c.response_id = r.id;
   c.created = r.created;
   c.cache_header = res.cache_header;
+  c.server_max_batch = r.max_batch;  // the server's own word (repro-audit serve), -1 when it says nothing
   c.prompt_tokens = std::max(0, r.prompt_tokens);
   if (r.completion_tokens >= 0)
     c.completion_tokens = r.completion_tokens;

@@ -9,12 +9,14 @@
 
 #include <fmt/core.h>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/batch_context.hpp"
 #include "repro/audit/remote_probe.hpp"
 #include "repro/audit/cobatch.hpp"
+#include "repro/remote/server_metrics.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/common/chat.hpp"
@@ -360,6 +362,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
     for (const auto& ep : endpoints)
       if (report.environment["remote_stats"].contains(ep.label))
         per_endpoint[ep.label] = RemoteStats::from_json(report.environment["remote_stats"][ep.label]);
+  std::map<std::string, std::string> no_metrics;  // endpoint -> why its running count is unknown
   auto publish_stats = [&] {
     nlohmann::json stats = nlohmann::json::object();
     for (auto& [label, st] : per_endpoint) stats[label] = st.to_json();
@@ -452,9 +455,27 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
             continue;
           }
           auto t0 = Clock::now();
+          // The server's own running count while the level runs (/metrics, /slots); an endpoint
+          // that exposed none at its first level is not asked again.
           ServerRunning server;
+          std::optional<ServerMetricsSampler> sampler;
+          if (auto it = no_metrics.find(ep.label); it != no_metrics.end()) {
+            server.status = it->second;
+          } else {
+            sampler.emplace(ep);
+            sampler->start();
+          }
           auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st);
           double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (sampler) {
+            const ServerMetricsSummary sm = sampler->stop();
+            server.status = sm.status;
+            server.source = sm.source.empty() ? "" : "GET " + (sm.source == "/slots" ? sm.source : "/metrics " + sm.source);
+            server.max = sm.max_running;
+            server.mean = sm.mean_running;
+            server.samples = sm.samples;
+            if (!sm.known() && sm.samples == 0) no_metrics[ep.label] = sm.status;
+          }
           record_level(report, ep.label, conc, cs, server);
           int64_t toks = 0;
           for (const auto& c : cs) toks += c.completion_tokens > 0 ? c.completion_tokens : 0;
