@@ -12,6 +12,7 @@
 #include "fault_server.hpp"
 #include "repro/audit/canary.hpp"
 #include "repro/audit/cobatch.hpp"
+#include "repro/audit/compare.hpp"
 #include "repro/audit/distribution.hpp"
 #include "repro/audit/posture.hpp"
 #include "repro/audit/remote_probe.hpp"
@@ -467,4 +468,29 @@ TEST_CASE("run against a vLLM-speaking loopback server: /version and /metrics ar
       CHECK(l4.evidence.find("client side only") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("diff and canary name an engine, version or posture change before any output change") {
+  AuditReport a;
+  EndpointEvidence ev;
+  ev.endpoint = "v";
+  ev.posture.engine = "vllm";
+  ev.posture.version = "0.10.2";
+  ev.posture.batch_invariance = "not claimed";
+  ev.posture.info = {{"attention_backend", "flash"}};
+  a.evidence.push_back(ev);
+  a.environment = {{"digests", {{"profile_sha256", "p"}}}};
+  AuditReport b = a;
+  b.evidence[0].posture.version = "0.11.0";
+  b.evidence[0].posture.info["attention_backend"] = "triton";
+  b.environment["digests"]["profile_sha256"] = "q";
+  const auto changes = config_drift(a, b);
+  REQUIRE(changes.size() >= 3);
+  CHECK(changes[0] == "endpoint 'v' engine version 0.10.2 -> 0.11.0");
+  CHECK(changes[1] == "endpoint 'v' attention_backend flash -> triton");
+  CHECK(changes.back().rfind("profile digest", 0) == 0);
+  const CanaryResult c = classify_canary(a, b);
+  REQUIRE(!c.alarms.empty());
+  CHECK(c.alarms[0] == "RED v: engine vllm 0.10.2 -> vllm 0.11.0");
+  CHECK(c.level == CanaryLevel::Red);
 }
