@@ -4,6 +4,7 @@
 // at once) reports the replays in every format; without a cache it reports none.
 #include <doctest/doctest.h>
 
+#include "repro/audit/analysis.hpp"
 #include "repro/audit/response_cache.hpp"
 #include "repro/remote/client.hpp"
 #include "repro/report/report.hpp"
@@ -123,4 +124,33 @@ TEST_CASE("no cache: no replay is reported") {
   CHECK(r.stdout_text.find("response cache") == std::string::npos);  // the terminal shows the table only with a sign
   CHECK(test::slurp(r.out / "report.md").find("## Response cache") != std::string::npos);
   CHECK(test::slurp(r.out / "report.md").find("completions look replayed") == std::string::npos);
+}
+
+TEST_CASE("latencies compare within a concurrency level: requests alone are not replays next to loaded ones") {
+  // One case, one output: 4 requests alone at 20 ms, 4 among 32 at 1.5 s; distinct ids, no cache headers.
+  AuditReport r;
+  for (int level : {1, 32})
+    for (int k = 0; k < 4; ++k) {
+      Completion c;
+      c.prompt_id = "p";
+      c.decoding_id = "greedy";
+      c.mode = "serve";
+      c.batch_size = level;
+      c.repeat = k;
+      c.text = "the same answer";
+      c.tokens_known = false;
+      c.response_id = "cmpl-" + std::to_string(level) + "-" + std::to_string(k);
+      c.latency_s = level == 1 ? 0.02 : 1.5;
+      c.completion_tokens = 3;
+      r.completions.push_back(c);
+    }
+  analyze(r);
+  REQUIRE(r.summary.modes.size() == 1);
+  REQUIRE(r.summary.modes[0].response_cache.has_value());
+  CHECK(r.summary.modes[0].response_cache->fast_replays == 0);
+  CHECK(r.summary.modes[0].response_cache->finding.empty());
+  // Within one level, two near-instant answers next to slow ones of the same output are still a sign.
+  r.completions[4].latency_s = r.completions[5].latency_s = 0.01;
+  analyze(r);
+  CHECK(r.summary.modes[0].response_cache->fast_replays == 2);
 }

@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -34,18 +35,24 @@ void analyze_response_cache(AuditReport& r) {
       for (const auto& cl : c.clusters)
         for (int i : cl.members) members.emplace_back(i, &cl);
       std::sort(members.begin(), members.end());
-      double slowest = 0;
+      // Latencies compare within one load only: the requests of one concurrency level (the cache
+      // probe's requests run alone, as concurrency 1's do). A request alone is rightly faster than
+      // one among 32.
+      auto context = [&](int i) { return all[i].batch_size; };
+      std::map<int, double> slowest;
       for (const auto& [i, cl] : members) {
         endpoint = endpoint || from_endpoint(all[i]);
-        slowest = std::max(slowest, all[i].latency_s);
+        double& s_max = slowest[context(i)];
+        s_max = std::max(s_max, all[i].latency_s);
       }
-      // Near-zero latency counts as a pattern only: at least two such completions in the case.
       auto fast = [&](int i, const Cluster* cl) {
-        return cl->count > 1 && all[i].latency_s <= kFastReplayShare * slowest &&
-               slowest - all[i].latency_s >= kFastReplayGapS;
+        const double top = slowest[context(i)];
+        return cl->count > 1 && all[i].latency_s <= kFastReplayShare * top && top - all[i].latency_s >= kFastReplayGapS;
       };
-      const bool fast_pattern =
-          std::count_if(members.begin(), members.end(), [&](const auto& m) { return fast(m.first, m.second); }) >= 2;
+      // Near-zero latency counts as a pattern only: at least two such completions in one context.
+      std::map<int, int> fast_in;
+      for (const auto& [i, cl] : members) fast_in[context(i)] += fast(i, cl);
+      auto fast_pattern = [&](int i) { return fast_in[context(i)] >= 2; };
       std::set<std::pair<std::string, std::string>> ids;  // (response id, output hash) seen in this case
       for (const auto& [i, cl] : members) {
         const Completion& x = all[i];
@@ -60,7 +67,7 @@ void analyze_response_cache(AuditReport& r) {
           ++s.repeated_ids;
           replayed.insert(i);
         }
-        if (fast_pattern && fast(i, cl)) {
+        if (fast_pattern(i) && fast(i, cl)) {
           ++s.fast_replays;
           replayed.insert(i);
         }

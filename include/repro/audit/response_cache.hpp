@@ -8,9 +8,11 @@
 //  - a repeated response id: the same non-empty id and the same output as an earlier completion of
 //    the same case (real servers give every response its own id);
 //  - near-zero latency: a completion whose latency is at most kFastReplayShare of the slowest
-//    completion of its case and at least kFastReplayGapS below it, with the same output as another
-//    completion of the case (a replay skips the generation the slowest one paid for), counted only
-//    when the case has at least two such completions (a pattern, not one outlier).
+//    completion of its case under the same load (one concurrency level; the cache probe's cold and
+//    warm requests run alone, as concurrency 1's do) and at least kFastReplayGapS below it, with the same output as another completion of
+//    the case (a replay skips the generation the slowest one paid for), counted only when that
+//    context has at least two such completions (a pattern, not one outlier). Latencies are never
+//    compared across levels: a request alone is rightly faster than one among 32.
 #pragma once
 #include "repro/audit/result.hpp"
 
