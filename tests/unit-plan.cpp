@@ -218,6 +218,8 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"parse_special", true},
       {"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}}},
       {"retry_invalid", 2},
+      {"shard", "2/4"},
+      {"replicate_shards", true},
   };
   return v;
 }

@@ -28,6 +28,7 @@ const Factor kFactors[] = {
      false, "system_fingerprint"},
     {FactorId::Repeat, "repeat", [](const Completion& c) { return std::to_string(c.repeat); }, true,
      "between repeats of the same context"},
+    {FactorId::Host, "host", [](const Completion& c) { return c.host; }, false, "the host (machine)"},
 };
 
 }  // namespace

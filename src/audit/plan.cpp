@@ -171,6 +171,10 @@ PlanOptions plan_from_report(const AuditReport& r) {
     if (!v && std::string(opt.report_key) == "allow_control_tokens") v = &kNo;
     // ... and encoded control-token text of completion prompts as text.
     if (!v && std::string(opt.report_key) == "parse_special") v = &kNo;
+    // ... and were not shards.
+    static const nlohmann::json kWhole = "";
+    if (!v && std::string(opt.report_key) == "shard") v = &kWhole;
+    if (!v && std::string(opt.report_key) == "replicate_shards") v = &kNo;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;
@@ -257,6 +261,9 @@ void validate_plan(const PlanOptions& o, int context_length) {
                      " re-requests answers that do not conform to a schema; give --json-schema FILE too");
   for (const auto& p : o.positions)
     if (p != "first" && p != "middle" && p != "last") parse_position(p);
+  if (o.replicate_shards && o.shard.empty())
+    throw UsageError("--replicate-shards runs the whole plan on every shard of --shard K/N (or --shard auto); give "
+                     "--shard too");
   if (context_length > 0) {
     int max_batch = *std::max_element(o.batch_sizes.begin(), o.batch_sizes.end());
     if (max_batch > 1024)

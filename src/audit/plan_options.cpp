@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "repro/audit/shards.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
@@ -260,6 +261,23 @@ const std::vector<PlanOption>& plan_options() {
      "tokens such as <think> are matched either way)", true,
      [](const PlanOptions& o) { return json(o.parse_special); },
      [](PlanOptions& o, const json& v) { o.parse_special = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"shard", OptionType::Text, "--shard", "shard", "shard",
+     "Run shard K of N of the plan (1-based, e.g. 2/4): the cases (prompt, decoding, mode, precision) whose hash "
+     "falls on K; auto reads Slurm, Kubernetes (with --shard-count), GitLab or AWS Batch array variables. Merge the "
+     "shard reports with `report merge`", true,
+     [](const PlanOptions& o) { return json(o.shard); },
+     [](PlanOptions& o, const json& v) { o.shard = v.get<std::string>(); },
+     [](const json& v) {
+       return v.is_string() && (v.get<std::string>().empty() || v.get<std::string>() == "auto" ||
+                                parse_shard(v.get<std::string>()).count > 0);
+     },
+     "K/N with 1 <= K <= N (e.g. 2/4), or auto"},
+    {"replicate_shards", OptionType::Bool, "--replicate-shards", "replicate_shards", "replicate_shards",
+     "With --shard: every shard runs every case (the same plan on each machine of a fleet); the merged report "
+     "compares the hosts as a factor", true,
+     [](const PlanOptions& o) { return json(o.replicate_shards); },
+     [](PlanOptions& o, const json& v) { o.replicate_shards = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
   };
   return table;

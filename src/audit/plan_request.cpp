@@ -98,10 +98,27 @@ nlohmann::json prepare_long_context(const PlanRequest& q, PlanOptions& plan, std
   return rec;
 }
 
+// --shard auto: K/N from the scheduler's variables, before the plan is built or a resumed one checked,
+// so both see the resolved value. --shard-count goes with auto only.
+ShardSpec resolve_shard_flag(PlanRequest& q) {
+  const bool flag = q.given("--shard");
+  const std::string text = flag ? trim(q.plan_text.at("shard")) : std::string();
+  if (q.shard_count > 0 && text != "auto")
+    throw UsageError("--shard-count " + std::to_string(q.shard_count) +
+                     " goes with --shard auto (a Kubernetes Indexed Job exports its index, not its count); with "
+                     "--shard K/N drop it");
+  if (text != "auto") return {};
+  ShardSpec s = resolve_shard_auto(q.shard_count, q.getenv);
+  q.plan_text["shard"] = shard_text(s);
+  return s;
+}
+
 }  // namespace
 
-PreparedRun prepare_run(const PlanRequest& q) {
+PreparedRun prepare_run(const PlanRequest& request) {
+  PlanRequest q = request;
   PreparedRun run;
+  run.shard = resolve_shard_flag(q);
   run.out_dir = q.out;
   run.model_path = q.model;
   run.engine.device = q.device;
@@ -167,6 +184,22 @@ PreparedRun prepare_run(const PlanRequest& q) {
                                                    "' (thresholds.modes; override with --gate-modes)");
   }
   run.engine.precision = parse_precision(plan.precisions.front(), "--precisions");
+  // ---- the shard: from the flag, a profile's "shard", or the run being resumed
+  if (plan.shard == "auto") {
+    run.shard = resolve_shard_auto(q.shard_count, q.getenv);
+    plan.shard = shard_text(run.shard);
+  }
+  if (run.shard.count == 0 && !plan.shard.empty()) {
+    run.shard = parse_shard(plan.shard);
+    if (resumed && report.shard && shard_text(run.shard) ==
+                                       std::to_string(report.shard->index) + "/" + std::to_string(report.shard->count)) {
+      run.shard.scheduler = report.shard->scheduler;  // where the run being resumed took it from
+      run.shard.source = report.shard->source;
+    } else if (!q.given("--shard")) {
+      run.shard.scheduler = "profile";
+      run.shard.source = "profile '" + plan.profile + "' shard " + plan.shard;
+    }
+  }
   return run;
 }
 

@@ -17,6 +17,7 @@
 #include "repro/audit/remote_probe.hpp"
 #include "repro/audit/cobatch.hpp"
 #include "repro/remote/server_metrics.hpp"
+#include "repro/audit/shards.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/common/chat.hpp"
@@ -157,6 +158,43 @@ void record_steps(const GenResult& g, Completion& c) {
   }
 }
 
+namespace {
+
+// A local cell's identity as its completion records it (run_local and local_cell_order).
+Completion local_cell(const PlanOptions& plan, size_t pi, const DecodingCell& dc, const ContextCell& cx, int rep,
+                      size_t pr, size_t mi) {
+  Completion c;
+  c.prompt_id = plan.prompts[pi].id;
+  c.decoding_id = dc.cfg.id;
+  c.mode = plan.modes[mi];
+  c.precision = plan.precisions[pr];
+  c.batch_size = cx.batch_size;
+  c.position = cx.position;
+  c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
+  c.mate_join_step = cx.mate_join_step;
+  c.mate_prompt_delta = cx.mate_prompt_delta;
+  c.mate_contents = cx.other_contents ? "other" : "";
+  c.seed = dc.seed;
+  c.repeat = rep;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> local_cell_order(const PlanOptions& plan) {
+  std::vector<std::string> keys;
+  const auto decodings = decoding_cells(plan);
+  const auto contexts = context_cells(plan);
+  for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
+    for (const auto& dc : decodings)
+      for (const auto& cx : contexts)
+        for (int rep = 0; rep < plan.repeats; ++rep)
+          for (size_t pr = 0; pr < plan.precisions.size(); ++pr)
+            for (size_t mi = 0; mi < plan.modes.size(); ++mi)
+              keys.push_back(cell_key(local_cell(plan, pi, dc, cx, rep, pr, mi)));
+  return keys;
+}
+
 constexpr size_t kWarmupPromptTokens = 16;
 constexpr int kWarmupTokens = 4;
 
@@ -231,12 +269,15 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
                        " exceeds the model's context length " + std::to_string(model.config.context_length) +
                        "; shorten the prompt or lower --max-tokens");
 
+  // --shard K/N: the cases of this shard only (all of them without a shard).
+  const std::vector<std::string> mine_list = shard_case_ids(plan, {});
+  const std::set<std::string> mine(mine_list.begin(), mine_list.end());
   // Work in tokens: every sequence of a batch generates up to max_tokens (fillers may stop earlier).
-  const int64_t per_repeat_modes = static_cast<int64_t>(plan.repeats) * plan.modes.size() * precisions.size();
-  int64_t total_work = 0;
-  for (const auto& cx : contexts) total_work += static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
-  total_work *= per_repeat_modes * static_cast<int64_t>(plan.prompts.size() * decodings.size());
-  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * contexts.size() * per_repeat_modes);
+  int64_t per_case_work = 0;
+  for (const auto& cx : contexts) per_case_work += static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
+  per_case_work *= plan.repeats;
+  const int64_t total_work = per_case_work * static_cast<int64_t>(mine.size());
+  const int total = static_cast<int>(mine.size() * contexts.size() * static_cast<size_t>(plan.repeats));
   Progress progress(ctl.progress, total, total_work);
   DivergenceCounter diverged;
   for (const auto& c : report.completions) diverged.add(c);
@@ -245,7 +286,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   // kWarmupPromptTokens tokens, kWarmupTokens new tokens, alone) before the first cell, so the first
   // measured cell of each mode does not pay for starting threads, faulting in memory-mapped weights
   // and cold caches. Its tokens never reach the report; every engine is empty again afterwards.
-  if (static_cast<int>(done.size()) < total && !prompt_ids.empty() && !prompt_ids[0].empty())
+  if (static_cast<int>(done.size()) < total && total > 0 && !prompt_ids.empty() && !prompt_ids[0].empty())
     for (auto& per_mode : engines)
       for (auto& engine : per_mode) {
         if (ctl.stop && ctl.stop->load()) return;
@@ -262,19 +303,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
           for (size_t pr = 0; pr < precisions.size(); ++pr)
           for (size_t mi = 0; mi < plan.modes.size(); ++mi) {  // modes and precisions interleaved: side-by-side timing
             if (ctl.stop && ctl.stop->load()) return;
-            Completion c;
-            c.prompt_id = plan.prompts[pi].id;
-            c.decoding_id = dc.cfg.id;
-            c.mode = plan.modes[mi];
-            c.precision = plan.precisions[pr];
-            c.batch_size = cx.batch_size;
-            c.position = cx.position;
-            c.filler_set = cx.batch_size == 1 ? "" : "f" + std::to_string(cx.filler_set);  // no fillers alone
-            c.mate_join_step = cx.mate_join_step;
-            c.mate_prompt_delta = cx.mate_prompt_delta;
-            c.mate_contents = cx.other_contents ? "other" : "";
-            c.seed = dc.seed;
-            c.repeat = rep;
+            Completion c = local_cell(plan, pi, dc, cx, rep, pr, mi);
+            if (!mine.count(case_id(c))) continue;  // another shard's case
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
             const std::string current = fmt::format("{} {} batch {}", c.mode, c.precision, cx.batch_size);
             if (done.count(cell_key(c))) {
@@ -342,8 +372,12 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   for (const auto& p : plan.prompts) report.prompts[p.id] = p.text;
   const auto decodings = decoding_cells(plan);
   std::vector<std::string> fillers = filler_pool();
-  const int total = static_cast<int>(plan.prompts.size() * decodings.size() * endpoints.size() *
-                                     (plan.concurrency.size() + (plan.cache_probe ? 1 : 0)));
+  // --shard K/N: the cases (prompt, decoding, endpoint) of this shard only.
+  std::vector<std::string> labels;
+  for (const auto& ep : endpoints) labels.push_back(ep.label);
+  const std::vector<std::string> mine_list = shard_case_ids(plan, labels);
+  const std::set<std::string> mine(mine_list.begin(), mine_list.end());
+  const int total = static_cast<int>(mine.size() * (plan.concurrency.size() + (plan.cache_probe ? 1 : 0)));
   // Work in tokens: the probes of each cell (fillers load the server but are not the audit's work).
   const int64_t per_cell = static_cast<int64_t>(plan.repeats) * plan.max_tokens;
   Progress progress(ctl.progress, total, per_cell * total);
@@ -394,6 +428,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   for (size_t pi = 0; pi < plan.prompts.size(); ++pi)
     for (const auto& dc : decodings)
       for (const auto& ep : endpoints) {
+        if (!mine.count(case_id(plan.prompts[pi].id, dc.cfg.id, ep.label, ""))) continue;  // another shard's
         RemoteProbe probe;
         probe.prompt_id = plan.prompts[pi].id;
         probe.prompt = plan.prompts[pi].text;

@@ -7,6 +7,7 @@
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/cobatch.hpp"
+#include "repro/audit/shards.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -123,6 +124,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.mean_unique = unique_sum / answered;
       ms.bit_divergent_share = static_cast<double>(bitdiv) / answered;
     }
+    if (ms.cases == 0 && shard_lacks(r, m, prec)) continue;  // a shard without cases of this mode
     ms.throughput_ratio = token_weighted_ratio(r, m, prec);
     if (!remote_requests(r, m, ms.requests, ms.failed_requests)) {
       ms.requests = n_total + ms.errors;
@@ -166,7 +168,7 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   }
   const bool drift = r.baseline && r.baseline->drifted;
   s.verdict = s.interrupted               ? "interrupted"
-              : gate_errors || !any_gated ? "errors"
+              : gate_errors || (!any_gated && !r.shard) ? "errors"
               : gate_divergent            ? "divergent"
               : drift                     ? "drift"
               : gate_unverified           ? "unverified"
@@ -182,7 +184,7 @@ int exit_code_for(const AuditReport& r) {
   const auto& v = r.summary.verdict;
   if (r.summary.interrupted || v == "interrupted") return kExitInterrupted;
   if (v == "errors") return kExitBackend;
-  if (v == "divergent" || v == "drift") return kExitDivergent;
+  if (v == "divergent" || v == "drift" || v == "incomplete") return kExitDivergent;
   if (v == "unverified") return kExitUnverified;
   return kExitOk;
 }

@@ -7,6 +7,9 @@
 
 #include "repro/audit/plan_options.hpp"
 #include "repro/audit/plan_request.hpp"
+#include "repro/audit/provenance.hpp"
+#include "repro/audit/shards.hpp"
+#include "repro/common/error.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
 #include "repro/cli/replay.hpp"
@@ -24,6 +27,8 @@ struct RunOptions {
   std::map<std::string, bool> plan_flag;         // plan option name -> boolean flag given
   std::string resume, baseline, sign_key;
   bool quiet = false;
+  int shard_count = 0;   // --shard-count (with --shard auto)
+  bool dry_run = false;  // --dry-run: print the cases (and the shard's) and exit
   EndpointFlags remote;  // --endpoint --api-model --api --provider ... --timeout --verbose
   CLI::App* app = nullptr;
   bool given(const std::string& flag) const { return app->count(flag) > 0; }
@@ -57,11 +62,21 @@ PlanRequest plan_request(const RunOptions& o) {
   };
   q.load_model = [&o](const std::string& path) { return o.engine.load(path); };
   q.load_report = [](const std::string& path) { return load_report(path); };
+  q.shard_count = o.shard_count;
   return q;
 }
 
 int run_run(const RunOptions& o) {
   PreparedRun run = prepare_run(plan_request(o));
+  if (o.dry_run) {  // the assignment of cases to shards; nothing runs, nothing is written
+    std::vector<std::string> labels;
+    for (const auto& e : run.endpoints) labels.push_back(e.label);
+    const std::string digest = plan_digest(plan_to_json(run.plan), prompts_digest(run.plan.prompts));
+    std::string text = assignment_text(run.plan, labels, digest);
+    if (run.shard.count > 0) text = "shard " + shard_text(run.shard) + " from " + run.shard.source + "\n" + text;
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  }
   // A finished run has nothing left to run; writing it again would change its files (and break the
   // signature of a signed one). Checked last, so a resumed run's flags are still checked.
   if (run.finished) {
@@ -78,6 +93,7 @@ int run_run(const RunOptions& o) {
   job.engine = run.engine;
   job.endpoints = &run.endpoints;
   job.out_dir = run.out_dir;
+  job.shard = run.shard;
   job.baseline = o.baseline;
   job.sign_key = o.sign_key;
   job.quiet = o.quiet;
@@ -119,6 +135,11 @@ void setup_run(CLI::App& parent, Runner& runner) {
       "template and plan; flags that would change them are refused; a finished run is left as it is)");
   s->add_option("--baseline", o->baseline, "Golden report.json: verdict DRIFT (exit 1) when this run drifts from it");
   s->add_option("--sign-key", o->sign_key, "Sign the report with this private key (from `keygen`): writes report.intoto.jsonl");
+  s->add_option("--shard-count", o->shard_count,
+                 "With --shard auto in a Kubernetes Indexed Job (JOB_COMPLETION_INDEX): the Job's completions, N")
+      ->check(CLI::Range(1, kMaxShards));
+  s->add_flag("--dry-run", o->dry_run,
+              "Print the plan's cases and the ones this shard runs (with --shard), then exit without running");
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   // remote endpoints
   add_endpoint_flags(*s, o->remote);

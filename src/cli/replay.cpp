@@ -13,6 +13,7 @@
 #include "repro/audit/cobatch.hpp"
 #include "repro/audit/preflight.hpp"
 #include "repro/audit/runner.hpp"
+#include "repro/audit/shards.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
@@ -121,6 +122,13 @@ int replay_and_report(ReplayJob& job) {
     report.environment["endpoints"][i]["posture"] = postures[i];
   }
   if (job.model && job.model_switch.is_object()) report.environment["model"]["switched_from"] = job.model_switch;
+  // A shard's report says which part of the plan it holds, on which host (checkpoints included).
+  report.shard.reset();
+  if (job.shard.count > 0) {
+    std::vector<std::string> labels;
+    for (const auto& e : endpoints) labels.push_back(e.label);
+    report.shard = shard_info(report, plan, job.shard, labels);
+  }
 
   // ---- replay ----
   g_stop = false;
@@ -202,6 +210,10 @@ int replay_and_report(ReplayJob& job) {
     write_text(to_terminal(report), term);
     for (const auto& w : written)
       if (w != "-") std::fprintf(term, "wrote %s\n", w.c_str());
+    if (report.shard)
+      std::fprintf(term, "shard %d/%d (%s): %zu cases, on %s; merge the shards with: repro-audit report "
+                   "merge DIR...\n", report.shard->index, report.shard->count, report.shard->source.c_str(),
+                   report.shard->cases.size(), report.shard->host.hostname.c_str());
   }
   int code = exit_code_for(report);
   if (report.summary.verdict == "errors") std::fprintf(stderr, "error: %s\n", verdict_cause(report).c_str());

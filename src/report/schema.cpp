@@ -112,6 +112,7 @@ void describe(V& v, T& x) {
   v.only_if(retried, "retry_tokens", x.retry_tokens);
   v.only_if(retried, "first_text", x.first_text);
   v.only_if(retried, "first_tokens", x.first_tokens);
+  v.only_if(!x.host.empty(), "host", x.host);  // merged replicated shards only
 }
 
 template <class V, Is<DistributionTest> T>
@@ -501,6 +502,58 @@ void describe(V& v, T& x) {
   v("modes", x.modes);
 }
 
+template <class V, Is<ShardHost> T>
+void describe(V& v, T& x) {
+  v("hostname", x.hostname);
+  v("fingerprint", x.fingerprint);
+}
+
+template <class V, Is<ShardInfo> T>
+void describe(V& v, T& x) {
+  v("plan_sha256", x.plan_sha256);
+  v("index", x.index);
+  v("count", x.count);
+  v("replicate", x.replicate);
+  v("scheduler", x.scheduler);
+  v("source", x.source);
+  v("cases", x.cases);
+  v("host", x.host);
+}
+
+template <class V, Is<MergedShard> T>
+void describe(V& v, T& x) {
+  v("index", x.index);
+  v("file", x.file);
+  v("report_sha256", x.report_sha256);
+  v("source", x.source);
+  v("host", x.host);
+  v.only_if(!x.host_label.empty(), "host_label", x.host_label);
+  v("cases", x.cases);
+  v("completions", x.completions);
+}
+
+template <class V, Is<HostAgreement> T>
+void describe(V& v, T& x) {
+  v("host", x.host);
+  v("cases", x.cases);
+  v("identical", x.identical);
+  v("token_differ", x.token_differ);
+  v("bit_differ", x.bit_differ);
+  v("first_difference", x.first_difference);
+}
+
+template <class V, Is<MergeInfo> T>
+void describe(V& v, T& x) {
+  v("plan_sha256", x.plan_sha256);
+  v("count", x.count);
+  v("replicate", x.replicate);
+  v("complete", x.complete);
+  v("shards", x.shards);
+  v("missing_shards", x.missing_shards);
+  v("missing_cases", x.missing_cases);
+  v.only_if(x.replicate, "hosts", x.hosts);
+}
+
 // "digests" is derived (to_json(json&, const AuditReport&)) and not read back.
 template <class V, Is<AuditReport> T>
 void describe(V& v, T& x) {
@@ -526,6 +579,8 @@ void describe(V& v, T& x) {
   v.only_if(!x.variants.empty(), "variants", x.variants);
   v.only_if(!x.evidence.empty(), "evidence", x.evidence);  // endpoints only
   v.only_if(!x.panel.empty(), "panel", x.panel);           // two or more endpoints
+  v.only_if(x.shard.has_value(), "shard", x.shard);  // run --shard only
+  v.only_if(x.merge.has_value(), "merge", x.merge);  // report merge only
 }
 
 struct Writer;

@@ -26,6 +26,7 @@ enum class FactorId {
   CacheState,         // "cache_state": "cold" / "warm" (endpoints)
   SystemFingerprint,  // "system_fingerprint" (endpoints)
   Repeat,             // "repeat"
+  Host,               // "host": the machine of a replicated shard (report merge of --replicate-shards)
 };
 
 struct Factor {
@@ -44,14 +45,16 @@ const Factor* find_factor(const std::string& name);
 inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorId::Position,
                                                  FactorId::FillerSet,    FactorId::MateJoinStep,
                                                  FactorId::MatePromptDelta, FactorId::MateContents,
-                                                 FactorId::Seed};
+                                                 FactorId::Seed,
+                                                 FactorId::Host};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
-                                                  FactorId::SystemFingerprint};
+                                                  FactorId::SystemFingerprint, FactorId::Host};
 // The drift-size tables, for both (an endpoint's concurrency is its batch_size there).
 inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       FactorId::Position,  FactorId::FillerSet,
                                                  FactorId::MateJoinStep,    FactorId::MatePromptDelta,
                                                  FactorId::MateContents,
-                                                 FactorId::Seed,            FactorId::CacheState, FactorId::Repeat};
+                                                 FactorId::Seed,            FactorId::CacheState, FactorId::Repeat,
+                                                 FactorId::Host};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).
 enum class FactorUse { Clusters, DriftSize };

@@ -64,6 +64,11 @@ struct PlanOptions {
   // Completion prompts (text, not messages) match control-token text verbatim (encode_special), as
   // Hugging Face, vLLM's /v1/completions and llama.cpp's server do; off: it is encoded as text.
   bool parse_special = false;
+  // Scale-out (repro/audit/shards.hpp): "K/N" runs the cases of shard K of N ("" = the whole plan;
+  // "auto" is resolved from the scheduler's variables before the run); replicate_shards runs every
+  // case on every shard, so the merge compares the hosts.
+  std::string shard;
+  bool replicate_shards = false;
 };
 
 // A built-in profile (embedded from profiles/*.json at build time) or a JSON file.

@@ -10,6 +10,7 @@
 // What the audit layer cannot do itself (parse --threads, load a model with the engine flags, build the
 // endpoints with their API keys, read a report file) the CLI hands in as functions.
 #pragma once
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "repro/audit/plan.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/result.hpp"
+#include "repro/audit/shards.hpp"
 #include "repro/model/model.hpp"
 #include "repro/openai/protocol.hpp"
 
@@ -51,6 +53,9 @@ struct PlanRequest {
   std::function<std::unique_ptr<Model>(const std::string& path)> load_model;
   // A report.json or checkpoint.json, read and checked (--resume).
   std::function<AuditReport(const std::string& path)> load_report;
+  int shard_count = 0;  // --shard-count N (with --shard auto); 0 = not given
+  // The process environment, for --shard auto (a test hands in its own).
+  std::function<const char*(const char*)> getenv = [](const char* name) -> const char* { return std::getenv(name); };
 };
 
 // A run ready to replay (src/cli/replay.hpp takes it from here).
@@ -62,6 +67,7 @@ struct PreparedRun {
   nlohmann::json model_switch;  // model_switch_record() when the run switched models, else null
   EngineSetup engine;
   std::vector<EndpointSpec> endpoints;  // remote runs
+  ShardSpec shard;                      // --shard K/N or auto, resolved (count 0: the whole plan)
   std::string out_dir;
   // --resume of a run that finished: nothing is left to run (its verdict and its own exit status).
   bool finished = false;

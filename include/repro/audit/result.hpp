@@ -91,6 +91,8 @@ struct Completion {
   int64_t retry_tokens = 0;
   std::string first_text;
   std::vector<int> first_tokens;
+  // a merged report of shards run with --replicate-shards: the host (shard) that ran it; empty otherwise
+  std::string host;
 };
 
 // A two-sample test of sampled outputs (src/audit/distribution.cpp): do the completions of one
@@ -487,6 +489,59 @@ struct TaskVariants {
   std::string finding;            // one line, plain language
 };
 
+// The machine a shard ran on (repro/audit/shards.hpp): its host name and the SHA-256 of its environment
+// record without the run's own parts (model path, endpoints, request statistics, input digests).
+struct ShardHost {
+  std::string hostname;
+  std::string fingerprint;
+};
+
+// `run --shard K/N`: which part of the plan this report holds (src/audit/shards.cpp).
+struct ShardInfo {
+  std::string plan_sha256;        // plan_digest(): the plan block without "shard", and the prompts digest
+  int index = 0;                  // K, 1-based
+  int count = 0;                  // N
+  bool replicate = false;         // --replicate-shards: every shard runs every case
+  std::string scheduler;          // "flag", "slurm", "kubernetes", "gitlab", "aws-batch"
+  std::string source;             // the flag or the variables K/N came from
+  std::vector<std::string> cases; // the case ids this shard runs, in plan order
+  ShardHost host;
+};
+
+// One shard report a merged report was made from.
+struct MergedShard {
+  int index = 0;
+  std::string file;
+  std::string report_sha256;      // the shard report's recorded digest
+  std::string source;
+  ShardHost host;
+  std::string host_label;         // replicated shards: the completions' host value
+  int cases = 0;                  // cases assigned
+  int completions = 0;
+};
+
+// Replicated shards: one host's outputs against the reference host's (shard 1), context by context.
+struct HostAgreement {
+  std::string host;               // host label
+  int cases = 0;                  // cases both ran
+  int identical = 0;              // cases whose completions are bitwise identical to the reference's
+  int token_differ = 0;           // cases where some completion's tokens differ
+  int bit_differ = 0;             // cases with the same tokens but other logits or logprob bits
+  std::string first_difference;   // where the first differing case (plan order) first differs; "" if none
+};
+
+// `report merge`: the shard reports this report was made from and the coverage check.
+struct MergeInfo {
+  std::string plan_sha256;
+  int count = 0;                  // N
+  bool replicate = false;
+  bool complete = true;           // every shard present and every case of the plan ran
+  std::vector<MergedShard> shards;
+  std::vector<int> missing_shards;
+  std::vector<std::string> missing_cases;
+  std::vector<HostAgreement> hosts;  // replicated shards only
+};
+
 struct AuditReport {
   std::string schema = kReportSchema;
   std::string created;            // ISO-8601 UTC
@@ -513,6 +568,8 @@ struct AuditReport {
   // `verified` and the panel (two or more endpoints)
   std::vector<EndpointEvidence> evidence;
   std::vector<PanelCase> panel;
+  std::optional<ShardInfo> shard;              // run --shard: the part of the plan this report holds
+  std::optional<MergeInfo> merge;              // report merge: the shards it was made from
 };
 
 }  // namespace repro

@@ -42,6 +42,8 @@ void record_steps(const GenResult& g, Completion& c);
 // A key naming a completion's cell, for resume:
 // prompt|decoding|mode|precision|batch|position|fillers|cache|repeat.
 std::string cell_key(const Completion& c);
+// The cell keys of a local plan in the order run_local runs them (every case, whatever the shard).
+std::vector<std::string> local_cell_order(const PlanOptions& plan);
 
 // What the progress bar shows: cells done, the share of the tokens to generate done (the ETA comes
 // from tokens generated per second so far, cells resumed from a report excluded), the cell running

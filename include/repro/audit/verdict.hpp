@@ -17,7 +17,9 @@
 // "divergent"; else "drift" when a --baseline drifted; else "unverified" when a gated endpoint is
 // unverified (exit 4); else "no answer" when a gated mode's verdict is
 // "no answer" (exit 0, with a warning); else "reproducible". Errors never count as divergence, nor
-// does a missing answer.
+// does a missing answer. A shard report (run --shard) leaves out the modes it has no cases of, and one
+// with no gated mode is not an error; a merge with missing shards or cases (report merge
+// --allow-partial) is "incomplete" (exit 1), never a pass.
 #pragma once
 #include <optional>
 #include <string>
@@ -46,8 +48,8 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order);
 // A case's verdict word: "no completions", "divergent", "no answer" or "reproducible".
 std::string case_verdict(const CaseResult& c);
 
-// Exit status for a finished, analysed report: 130 interrupted, 3 errors, 1 divergent or drift,
-// 4 unverified, 0 reproducible or no answer (see include/repro/common/error.hpp).
+// Exit status for a finished, analysed report: 130 interrupted, 3 errors, 1 divergent, drift or
+// incomplete, 4 unverified, 0 reproducible or no answer (see include/repro/common/error.hpp).
 int exit_code_for(const AuditReport& report);
 
 // Checks --gate-modes (or the profile's gate modes) against the modes or endpoint labels of the

@@ -10,6 +10,7 @@
 #include "repro/audit/plan.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/result.hpp"
+#include "repro/audit/shards.hpp"
 #include "repro/model/model.hpp"
 #include "repro/remote/endpoint.hpp"
 
@@ -23,6 +24,7 @@ struct ReplayJob {
   nlohmann::json model_switch;              // model_switch_record() when the run switched models, else null
   EngineSetup engine;
   const std::vector<EndpointSpec>* endpoints = nullptr;  // remote runs
+  ShardSpec shard;                          // run --shard: K/N and where it came from (count 0: none)
   std::string out_dir;                      // "-" = stdout
   std::string baseline;                     // golden report.json ("" = none); read before the replay
   std::string sign_key;                     // private key ("" = unsigned)
