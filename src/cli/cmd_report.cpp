@@ -1,4 +1,5 @@
 // `repro-audit report REPORT.json [--format json,md,html,junit] [--out DIR]`: re-renders a stored report.
+// Its one subcommand, `report merge DIR...`, is src/cli/cmd_report_merge.cpp.
 #include <cstdio>
 
 #include "repro/common/error.hpp"
@@ -17,6 +18,9 @@ struct ReportOptions {
 };
 
 int run_report(const ReportOptions& o) {
+  if (o.input.empty())
+    throw UsageError("report: give a report.json written by `repro-audit run`, or merge shard reports with "
+                     "`repro-audit report merge DIR...`");
   std::string text = read_file(o.input, "report");
   AuditReport r = from_json(text, o.input);
   std::string stored;
@@ -44,14 +48,19 @@ int run_report(const ReportOptions& o) {
 
 void setup_report(CLI::App& parent, Runner& runner) {
   auto opt = std::make_shared<ReportOptions>();
-  auto* sub = parent.add_subcommand("report", "Re-render a stored report.json (terminal summary by default)");
-  sub->add_option("report", opt->input, "report.json written by `repro-audit run`")->required();
+  auto* sub = parent.add_subcommand(
+      "report", "Re-render a stored report.json (terminal summary by default); `report merge` merges shard reports");
+  sub->add_option("report", opt->input, "report.json written by `repro-audit run`");
   sub->add_option("--format,-f", opt->formats,
                   "Comma-separated formats: json, md, html, junit; FORMAT=PATH writes one to PATH ('-' = stdout). "
                   "Default with --out: all four");
   sub->add_option("--out,-o", opt->out, "Output directory ('-' = stdout; default stdout when --format is given)");
   sub->add_flag("--verify", opt->verify, "Fail (exit 2) when the report's SHA-256 digest does not match its content");
-  sub->callback([&runner, opt] { runner = [opt] { return run_report(*opt); }; });
+  setup_report_merge(*sub, runner);  // `report merge DIR...` (src/cli/cmd_report_merge.cpp)
+  sub->callback([&runner, opt, sub] {
+    if (sub->got_subcommand("merge")) return;  // merge's own runner
+    runner = [opt] { return run_report(*opt); };
+  });
 }
 
 }  // namespace repro::cli

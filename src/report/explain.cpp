@@ -327,4 +327,55 @@ std::vector<std::string> throughput_cost_lines(const AuditReport& r) {
   return out;
 }
 
+// ---- shards (run --shard, report merge)
+
+std::string shard_intro(const AuditReport& r) {
+  if (r.shard) {
+    const ShardInfo& s = *r.shard;
+    return fmt::format("Shard {}/{} of plan {} ({}): {} case{} of the plan{}, on {} (environment fingerprint {}). "
+                       "Merge the shards with `repro-audit report merge`.",
+                       s.index, s.count, s.plan_sha256.substr(0, 12), s.source, s.cases.size(),
+                       s.cases.size() == 1 ? "" : "s", s.replicate ? " (every case: --replicate-shards)" : "",
+                       s.host.hostname, s.host.fingerprint.substr(0, 12));
+  }
+  if (!r.merge) return "";
+  const MergeInfo& m = *r.merge;
+  std::string o = fmt::format("Merged from {} of {} shard reports of plan {}{}, analysed as one run.", m.shards.size(),
+                              m.count, m.plan_sha256.substr(0, 12),
+                              m.replicate ? " (--replicate-shards: every host ran every case; the host is a factor)" : "");
+  if (!m.complete) {
+    std::vector<std::string> ks;
+    for (int k : m.missing_shards) ks.push_back(std::to_string(k));
+    o += fmt::format(" INCOMPLETE: {} shard{} missing{}{}, {} case{} of the plan without completions{}; the verdict "
+                     "is never a pass.",
+                     m.missing_shards.size(), m.missing_shards.size() == 1 ? "" : "s", ks.empty() ? "" : " (",
+                     ks.empty() ? "" : join(ks) + ")", m.missing_cases.size(), m.missing_cases.size() == 1 ? "" : "s",
+                     m.missing_cases.empty() ? "" : " (" + first_chars(join(m.missing_cases), 300) + ")");
+  }
+  return o;
+}
+
+TextTable shard_table(const AuditReport& r) {
+  TextTable t;
+  if (!r.merge) return t;
+  t.head = {"shard", "report sha256", "host", "environment fingerprint", "from", "cases", "completions"};
+  for (const auto& s : r.merge->shards)
+    t.rows.push_back({fmt::format("{}/{}", s.index, r.merge->count), s.report_sha256.substr(0, 12),
+                      s.host_label.empty() ? s.host.hostname : s.host_label, s.host.fingerprint.substr(0, 12), s.source,
+                      std::to_string(s.cases), std::to_string(s.completions)});
+  return t;
+}
+
+TextTable host_table(const AuditReport& r) {
+  TextTable t;
+  if (!r.merge || r.merge->hosts.empty()) return t;
+  const std::string ref = r.merge->shards.empty() ? std::string() : r.merge->shards[0].host_label;
+  t.head = {"host (against " + ref + ")", "cases", "bitwise identical", "token-divergent", "bit-divergent",
+            "first difference"};
+  for (const auto& h : r.merge->hosts)
+    t.rows.push_back({h.host, std::to_string(h.cases), std::to_string(h.identical), std::to_string(h.token_differ),
+                      std::to_string(h.bit_differ), h.first_difference.empty() ? "none" : h.first_difference});
+  return t;
+}
+
 }  // namespace repro

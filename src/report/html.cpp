@@ -503,6 +503,11 @@ std::string to_html(const AuditReport& r) {
                        esc(e.kind), e.count, esc(e.first));
     o += "</table>\n";
   }
+  if (r.shard || r.merge) {
+    o += "<h2>Shards</h2>\n<p id=\"shards\">" + esc(shard_intro(r)) + "</p>\n";
+    if (TextTable t = shard_table(r); !t.rows.empty()) o += html_table(t, "shard-reports");
+    if (TextTable t = host_table(r); !t.rows.empty()) o += html_table(t, "hosts");
+  }
   if (r.baseline) {
     const BaselineResult& b = *r.baseline;
     o += fmt::format("<h2>Baseline</h2>\n<p id=\"baseline\">Compared with <code>{}</code> (report digest <code>{}</code>{}): "

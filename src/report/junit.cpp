@@ -186,6 +186,22 @@ std::string to_junit(const AuditReport& r) {
                         b.drifted ? 1 : 0, tc);
     tests += 1, failures += b.drifted ? 1 : 0;
   }
+  if (r.merge) {  // `report merge`: the coverage check is a testcase; an incomplete merge fails it
+    const MergeInfo& m = *r.merge;
+    const std::string summary = shard_intro(r);
+    std::string tc = "    <testcase classname=\"repro-audit.merge\" name=\"coverage\" time=\"0.000\"";
+    if (!m.complete)
+      tc += fmt::format(">\n      <failure message=\"{}\" type=\"incomplete\">{}</failure>\n    </testcase>\n",
+                        xml(fmt::format("{} shard(s) and {} case(s) of the plan missing", m.missing_shards.size(),
+                                        m.missing_cases.size())),
+                        xml(summary));
+    else
+      tc += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml(summary));
+    body += fmt::format("  <testsuite name=\"repro-audit.merge\" tests=\"1\" failures=\"{}\" errors=\"0\" "
+                        "skipped=\"0\" time=\"0.000\">\n{}  </testsuite>\n",
+                        m.complete ? 0 : 1, tc);
+    tests += 1, failures += m.complete ? 0 : 1;
+  }
   std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o += fmt::format("<testsuites name=\"repro-audit\" tests=\"{}\" failures=\"{}\" errors=\"{}\">\n", tests, failures,
                    errors);

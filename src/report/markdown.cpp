@@ -189,6 +189,11 @@ std::string to_markdown(const AuditReport& r) {
       o += fmt::format("| {} | {} | {} | {} |\n", cell(e.mode), cell(e.kind), e.count, cell(e.first, 300));
     o += "\n";
   }
+  if (r.shard || r.merge) {
+    o += "## Shards\n\n" + cell(shard_intro(r), 2000) + "\n\n";
+    if (TextTable t = shard_table(r); !t.rows.empty()) o += md_table(t);
+    if (TextTable t = host_table(r); !t.rows.empty()) o += md_table(t);
+  }
   if (r.baseline) {
     const BaselineResult& b = *r.baseline;
     o += fmt::format("## Baseline\n\nCompared with `{}` (report digest `{}`{}): **{}**.\n\n", cell(b.file),

@@ -19,6 +19,7 @@ void setup_model(CLI::App& parent, Runner& runner);
 void setup_generate(CLI::App& parent, Runner& runner);
 void setup_run(CLI::App& parent, Runner& runner);
 void setup_report(CLI::App& parent, Runner& runner);
+void setup_report_merge(CLI::App& report, Runner& runner);  // `report merge`, added by setup_report
 void setup_diff(CLI::App& parent, Runner& runner);
 void setup_bench(CLI::App& parent, Runner& runner);
 void setup_serve(CLI::App& parent, Runner& runner);

@@ -60,6 +60,11 @@ struct TextTable {
   std::vector<std::string> head;
   std::vector<std::vector<std::string>> rows;
 };
+// ---- shards, shared by the Markdown and HTML writers (src/report/explain.cpp)
+std::string shard_intro(const AuditReport& r);  // a shard's or a merged report's origin; "" for neither
+TextTable shard_table(const AuditReport& r);    // merged: one row per shard report (digest, host); else empty
+TextTable host_table(const AuditReport& r);     // merged --replicate-shards: each host against the first
+
 TextTable drift_mode_table(const AuditReport& r);  // one row per mode: rates with 95% intervals, sizes
 // Per mode and factor: (title "default, by batch_size", table of value, completions, differing, max |dlogprob|).
 std::vector<std::pair<std::string, TextTable>> drift_factor_tables(const AuditReport& r);
