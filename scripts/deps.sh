@@ -10,12 +10,13 @@ PKGS=(cmake make g++ pkg-config git libcli11-dev libfmt-dev nlohmann-json3-dev d
 # Debian package) goes into .npm-openai beside the checkout, outside the repository; the test skips
 # with a message where it is missing. Slurm (slurmctld, slurmd, slurm-client) and munge for the test that
 # starts a single-node Slurm cluster on loopback (tests/unit-slurm.cpp; their daemons are not started
-# by the packages here, the test starts and stops its own).
+# by the packages here, the test starts and stops its own); python3-yaml reads the Kubernetes, GitHub Actions
+# and GitLab recipes (docs/recipes/) that tests/unit-shard.cpp runs as those schedulers would.
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1
   PKGS+=(clang libclang-rt-14-dev chromium openssl sqlite3 python3 python3-securesystemslib python3-jinja2
-        nodejs slurmctld slurmd slurm-client munge)
+        nodejs slurmctld slurmd slurm-client munge python3-yaml)
   # Debian's nodejs comes without npm; a Node.js that has its own npm needs no package.
   command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 fi

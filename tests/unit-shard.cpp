@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -466,4 +467,148 @@ TEST_CASE("every file of fuzz/corpus/shard replays through the fuzz entry withou
     CHECK(fuzz::shard_one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
   }
   CHECK(files.size() >= 8);
+}
+
+namespace {
+
+std::string sh_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+// A recipe file's YAML documents as JSON (python3's yaml), or null without python3-yaml.
+json yaml_docs(const fs::path& p) {
+  auto r = test::run_shell("python3 -c 'import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))' " +
+                           q(p) + " 2>/dev/null");
+  if (r.code != 0) return nullptr;
+  return json::parse(r.output);
+}
+
+// The merged report of a recipe: complete, every shard 1..n once, each from `source(k)`.
+void check_merged(const fs::path& report, int n, const std::function<std::string(int)>& source) {
+  REQUIRE(fs::exists(report));
+  const json m = read_json(report);
+  CHECK(m["merge"]["complete"] == true);
+  CHECK(m["merge"]["count"] == n);
+  REQUIRE(m["merge"]["shards"].size() == static_cast<size_t>(n));
+  for (int k = 1; k <= n; ++k) {
+    CHECK(m["merge"]["shards"][k - 1]["index"] == k);
+    CHECK(m["merge"]["shards"][k - 1]["source"] == source(k));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the Kubernetes, GitHub Actions and GitLab recipes run as their schedulers would run them") {
+  if (yaml_docs(fs::path(REPRO_SOURCE_DIR) / "docs" / "recipes" / "gitlab-ci.yml").is_null()) {
+    MESSAGE("SKIPPED: python3 with the yaml module (Debian python3-yaml, scripts/deps.sh --test) reads the recipes");
+    return;
+  }
+  const fs::path recipes = fs::path(REPRO_SOURCE_DIR) / "docs" / "recipes";
+  const fs::path root = test::scratch_dir("shard-recipes");
+  // `repro-audit` on the PATH, as in the recipes' images and runners
+  fs::create_directories(root / "bin");
+  fs::create_symlink(test::binary(), root / "bin" / "repro-audit");
+  const std::string path = "PATH=" + sh_quote((root / "bin").string()) + ":\"$PATH\" ";
+  // errexit: GitHub Actions (bash -e) and GitLab run their scripts so; a Kubernetes container's
+  // `/bin/sh -c` does not.
+  auto run_in = [&](const fs::path& dir, const std::string& env, const std::string& script, bool errexit = true) {
+    fs::create_directories(dir);
+    return test::run_shell("cd " + q(dir) + " && " + kNoShardEnv + env + " " + path + "sh " +
+                           (errexit ? "-e " : "") + "-c " + sh_quote(script));
+  };
+
+  SUBCASE("Kubernetes Indexed Job and merge Job") {
+    const json docs = yaml_docs(recipes / "kubernetes-indexed-job.yaml");
+    const json merge_docs = yaml_docs(recipes / "kubernetes-merge-job.yaml");
+    json job;
+    for (const auto& d : docs)
+      if (d["kind"] == "Job") job = d;
+    REQUIRE(job.is_object());
+    CHECK(job["spec"]["completionMode"] == "Indexed");
+    const int n = job["spec"]["completions"];
+    const auto& c = job["spec"]["template"]["spec"]["containers"][0];
+    CHECK(c["command"] == json::array({"/bin/sh", "-c"}));
+    const std::string script = replace_all(c["args"][0], "/audit", (root / "k8s").string());
+    CHECK(script.find("--shard-count " + std::to_string(n)) != std::string::npos);  // the count the Job does not export
+    for (int i = 0; i < n; ++i) {
+      auto r = run_in(root / "k8s", "JOB_COMPLETION_INDEX=" + std::to_string(i), script, false);
+      CAPTURE(r.output);
+      CHECK(r.code == 0);
+    }
+    // a replaced pod with the same index resumes its shard (finished: left as it is)
+    const std::string before = test::slurp(root / "k8s" / "shard-0" / "report.json");
+    auto again = run_in(root / "k8s", "JOB_COMPLETION_INDEX=0", script, false);
+    CHECK(again.code == 0);
+    CHECK(again.output.find("nothing to resume") != std::string::npos);
+    CHECK(test::slurp(root / "k8s" / "shard-0" / "report.json") == before);
+    const auto& mc = merge_docs[0]["spec"]["template"]["spec"]["containers"][0];
+    auto m = run_in(root / "k8s", "", replace_all(mc["args"][0], "/audit", (root / "k8s").string()), false);
+    CAPTURE(m.output);
+    CHECK(m.code == 0);
+    check_merged(root / "k8s" / "merged" / "report.json", n, [n](int k) {
+      return "JOB_COMPLETION_INDEX=" + std::to_string(k - 1) + " --shard-count " + std::to_string(n);
+    });
+  }
+  SUBCASE("GitHub Actions matrix and merge job") {
+    const json wf = yaml_docs(recipes / "github-actions.yml")[0];
+    const json& audit = wf["jobs"]["audit"];
+    const json shards = audit["strategy"]["matrix"]["shard"];
+    const int n = static_cast<int>(shards.size());
+    std::string step;
+    for (const auto& s : audit["steps"])
+      if (s.value("name", "") == "Audit one shard") step = s["run"];
+    REQUIRE(!step.empty());
+    CHECK(wf["jobs"]["merge"]["needs"] == "audit");
+    for (const auto& k : shards) {
+      std::string script = replace_all(step, "${{ matrix.shard }}", std::to_string(k.get<int>()));
+      script = replace_all(script, "${{ strategy.job-total }}", std::to_string(n));
+      script = replace_all(script, "build/repro-audit", "repro-audit");
+      auto r = run_in(root / "gh" / "job", "", script);
+      CAPTURE(r.output);
+      CHECK(r.code == 0);
+      // actions/download-artifact with a pattern: each artifact in shards/<its name>/
+      fs::create_directories(root / "gh" / "merge" / "shards");
+      fs::copy(root / "gh" / "job" / ("shard-" + std::to_string(k.get<int>())),
+               root / "gh" / "merge" / "shards" / ("shard-" + std::to_string(k.get<int>())), fs::copy_options::recursive);
+    }
+    std::string merge_step;
+    for (const auto& s : wf["jobs"]["merge"]["steps"])
+      if (s.contains("run") && s["run"].get<std::string>().find("report merge") != std::string::npos) merge_step = s["run"];
+    auto m = run_in(root / "gh" / "merge", "", replace_all(merge_step, "build/repro-audit", "repro-audit"));
+    CAPTURE(m.output);
+    CHECK(m.code == 0);
+    check_merged(root / "gh" / "merge" / "merged" / "report.json", n,
+                 [n](int k) { return "--shard " + std::to_string(k) + "/" + std::to_string(n); });
+  }
+  SUBCASE("GitLab parallel: job and merge job") {
+    const json ci = yaml_docs(recipes / "gitlab-ci.yml")[0];
+    const int n = ci["audit"]["parallel"];
+    CHECK(ci["merge"]["needs"] == json::array({"audit"}));
+    std::string script, merge;
+    for (const auto& l : ci["audit"]["script"]) script += l.get<std::string>() + "\n";
+    for (const auto& l : ci["merge"]["script"]) merge += l.get<std::string>() + "\n";
+    for (int k = 1; k <= n; ++k) {
+      auto r = run_in(root / "gl", "CI_NODE_INDEX=" + std::to_string(k) + " CI_NODE_TOTAL=" + std::to_string(n), script);
+      CAPTURE(r.output);
+      CHECK(r.code == 0);
+    }
+    // the same job without `parallel:` fails (repro-audit exit 2) instead of running the whole plan
+    auto lone = run_in(root / "gl-lone", "CI_NODE_TOTAL=1", script);
+    CHECK(lone.code != 0);
+    CHECK(!fs::exists(root / "gl-lone" / "shards"));
+    CHECK(lone.output.find("the GitLab job is not parallel") != std::string::npos);
+    auto m = run_in(root / "gl", "", merge);
+    CAPTURE(m.output);
+    CHECK(m.code == 0);
+    check_merged(root / "gl" / "merged" / "report.json", n, [n](int k) {
+      return "CI_NODE_INDEX=" + std::to_string(k) + " CI_NODE_TOTAL=" + std::to_string(n);
+    });
+  }
 }
