@@ -343,6 +343,32 @@ TEST_CASE("report merge refuses: a missing shard, another plan (naming the field
   // an unsharded report, and a directory without a report
   refused(q(r.shards[0]) + " " + q(r.whole), "is not a shard report (it has no \"shard\" block)");
   refused(q(r.shards[0]) + " " + q(bad), "has no report.json");
+  // Reports altered and written again with a valid digest (as a tool that rewrites reports would):
+  // each difference is still named.
+  auto altered = [&](const std::string& name, const std::function<void(AuditReport&)>& change) {
+    AuditReport a = load_report((r.shards[1] / "report.json").string());
+    change(a);
+    fs::create_directories(bad / name);
+    std::ofstream(bad / name / "report.json") << to_json(a);
+    return q(r.shards[0]) + " " + q(bad / name) + " " + q(r.shards[2]);
+  };
+  refused(altered("interrupted", [](AuditReport& a) { a.summary.interrupted = true; }),
+          "(shard 2/3) was interrupted before it finished; finish it with run --resume");
+  refused(altered("tool", [](AuditReport& a) { a.environment["tool"]["version"] = "0.0.1"; }),
+          "was written by repro-audit 0.0.1 (commit");
+  refused(altered("model", [](AuditReport& a) { a.environment["model"]["sha256"] = std::string(64, 'a'); }),
+          "ran the model with sha256 aaaaaaaaaaaa.. but");
+  refused(altered("plan", [](AuditReport& a) { a.plan["repeats"] = 3; }),
+          "its shard block's plan_sha256 ");
+  refused(altered("cases", [](AuditReport& a) { a.shard->cases.pop_back(); }),
+          "its assigned cases are not the ones the plan gives shard 2/3; lacking: ");
+  refused(altered("index", [](AuditReport& a) { a.shard->index = 1; }), "shard 1/3 is given twice");
+  refused(altered("count", [](AuditReport& a) { a.shard->count = 4; }), "the shard count differs");
+  refused(altered("foreign", [](AuditReport& a) {
+            a.completions.push_back(a.completions.front());
+            a.completions.back().prompt_id = "p-0000000000";
+          }),
+          "holds completions of case 'p-0000000000|greedy|");
 }
 
 TEST_CASE("report merge --allow-partial: marked incomplete with the missing cases, never a pass; --sign-key signs "
