@@ -1,4 +1,4 @@
-// ctest-labels: unit model
+// ctest-labels: unit model remote
 // Shards: `run --shard K/N` (and --shard auto from the Slurm, Kubernetes, GitLab and AWS Batch
 // variables), assignment by case through a stable hash, shard reports that resume like any run, and
 // `report merge`: its coverage checks and refusals, the union analysed as one run (equal to the
@@ -16,6 +16,8 @@
 #include "repro/audit/shards.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
+#include "repro/model/default_model.hpp"
+#include "repro/serve/server.hpp"
 #include "repro/report/report.hpp"
 #include "test_util.hpp"
 
@@ -636,5 +638,63 @@ TEST_CASE("the Kubernetes, GitHub Actions and GitLab recipes run as their schedu
     check_merged(root / "gl" / "merged" / "report.json", n, [n](int k) {
       return "CI_NODE_INDEX=" + std::to_string(k) + " CI_NODE_TOTAL=" + std::to_string(n);
     });
+  }
+}
+
+TEST_CASE("endpoints: shards of a remote plan (cases by endpoint label) merge into the unsharded run's cases, "
+          "request statistics summed") {
+  auto model = load_model(default_model_path());
+  ServerOptions so;
+  so.port = 0;
+  so.max_batch = 16;
+  Server server(*model, {Mode::BatchInvariant, 1}, so);
+  server.start();
+  const fs::path root = test::scratch_dir("shard-remote");
+  const std::string plan = "--endpoint a=" + server.url() + " --endpoint b=" + server.url() + " --api-model " +
+                           server.model_name() +
+                           " --prompt 'Once upon a time' --prompt 'The dog' --prompt 'Lily saw a bird' --max-tokens 6 "
+                           "--repeats 2 --concurrency 1,2";
+  auto whole = cli("run -q " + plan + " --out " + q(root / "whole"));
+  INFO(whole.output);
+  REQUIRE(whole.code == 0);
+  std::string dirs;
+  std::set<std::string> ids;
+  for (int k = 1; k <= 3; ++k) {
+    const fs::path d = root / ("s" + std::to_string(k));
+    auto s = cli("run -q " + plan + " --shard " + std::to_string(k) + "/3 --out " + q(d));
+    INFO(s.output);
+    REQUIRE(s.code == 0);
+    dirs += " " + q(d);
+    const json rep = read_json(d / "report.json");
+    for (const auto& c : rep["shard"]["cases"]) {
+      const std::string id = c;
+      CHECK(id.substr(id.size() - 3).find("|") != std::string::npos);  // "...|a|": an endpoint, no precision
+      CHECK(ids.insert(id).second);
+    }
+  }
+  CHECK(ids.size() == 6);  // 3 prompts x greedy x 2 endpoints
+  auto m = cli("report merge -q" + dirs + " --out " + q(root / "merged"));
+  INFO(m.output);
+  CHECK(m.code == 0);
+  server.stop();
+  const json w = read_json(root / "whole" / "report.json"), mg = read_json(root / "merged" / "report.json");
+  auto cases = [](const json& r) {
+    json out = json::array();
+    for (const auto& c : r["cases"]) {
+      json hashes = json::array();
+      for (const auto& k : c["clusters"]) hashes.push_back({k["hash"], k["count"]});
+      out.push_back({c["prompt_id"], c["decoding"], c["mode"], c["n"], c["divergent"], hashes});
+    }
+    return out;
+  };
+  CHECK(cases(mg) == cases(w));
+  CHECK(mg["summary"]["verdict"] == w["summary"]["verdict"]);
+  for (const char* label : {"a", "b"}) {
+    int64_t sum = 0;
+    for (int k = 1; k <= 3; ++k) {
+      const json s = read_json(root / ("s" + std::to_string(k)) / "report.json");
+      if (s["environment"]["remote_stats"].contains(label)) sum += s["environment"]["remote_stats"][label]["requests"].get<int64_t>();
+    }
+    CHECK(mg["environment"]["remote_stats"][label]["requests"] == sum);
   }
 }
