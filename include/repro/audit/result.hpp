@@ -133,7 +133,7 @@ struct Cluster {
 // Which factor a divergence follows: for each factor value, how many members fall in each cluster.
 struct FactorTable {
   std::string factor;             // "batch_size", "position", "filler_set", "mate_join_step", "mate_prompt_delta",
-                                  // "seed", "concurrency", "endpoint"
+                                  // "seed", "concurrency", "endpoint", "host"
   std::vector<std::string> values;
   std::vector<std::vector<int>> counts;  // [value][cluster index]
   bool explains = false;          // every value maps to exactly one cluster and >1 cluster exists
@@ -157,7 +157,7 @@ struct Rate {
 // reference bitwise (logits hash, logprob bits or tokens) and in tokens, and the largest per-step
 // |delta logprob| of chosen tokens over the common prefix.
 struct DriftFactor {
-  std::string factor;             // "batch_size", "position", "filler_set", "seed", "repeat", "cache_state", "precision"
+  std::string factor;             // "batch_size", "position", "filler_set", "seed", "repeat", "cache_state", "precision", "host"
   std::vector<std::string> values;
   std::vector<int> n, bit_differ, token_differ;     // per value
   std::vector<double> max_dlogprob;                 // per value (0 when nothing was comparable)
