@@ -13,6 +13,7 @@
 #include <set>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/cobatch.hpp"
 #include "repro/audit/compare.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/runner.hpp"
@@ -236,6 +237,46 @@ void pool_throughput(ThroughputRow& a, const ThroughputRow& b) {
   a.tokens += b.tokens;
   a.seconds += b.seconds;
   a.tokens_per_s = a.seconds > 0 ? static_cast<double>(a.tokens) / a.seconds : 0;
+}
+
+// Co-batching evidence of one endpoint from another shard: its levels pooled as record_level pools a
+// level's probes (counts add, means weighted by probes or samples, extremes kept); the posture and
+// seed probes of the first shard that has them. decide_evidence (analyze) then judges the union.
+void pool_evidence(AuditReport& m, const EndpointEvidence& from) {
+  const bool fresh = find_evidence(m, from.endpoint) == nullptr;
+  EndpointEvidence& to = evidence_for(m, from.endpoint);
+  if (fresh || (to.posture.sources.empty() && !from.posture.sources.empty())) to.posture = from.posture;
+  if (to.seeds.empty()) to.seeds = from.seeds;
+  for (const CoBatchLevel& b : from.levels) {
+    auto it = std::find_if(to.levels.begin(), to.levels.end(),
+                           [&](const CoBatchLevel& l) { return l.concurrency == b.concurrency; });
+    if (it == to.levels.end()) {
+      to.levels.insert(std::upper_bound(to.levels.begin(), to.levels.end(), b,
+                                        [](const CoBatchLevel& x, const CoBatchLevel& y) {
+                                          return x.concurrency < y.concurrency;
+                                        }),
+                       b);
+      continue;
+    }
+    CoBatchLevel& a = *it;
+    if (b.probes > 0) {
+      a.others_min = a.probes > 0 ? std::min(a.others_min, b.others_min) : b.others_min;
+      a.others_mean = (a.others_mean * a.probes + b.others_mean * b.probes) / (a.probes + b.probes);
+      a.others_max = std::max(a.others_max, b.others_max);
+      a.probes += b.probes;
+    }
+    if (b.response_max_batch) a.response_max_batch = std::max(a.response_max_batch.value_or(0), *b.response_max_batch);
+    if (b.server_status == "known") {
+      const int n = a.server_status == "known" ? a.server_samples : 0;
+      a.server_running_mean = (a.server_running_mean.value_or(0) * n + b.server_running_mean.value_or(0) * b.server_samples) /
+                              std::max(1, n + b.server_samples);
+      a.server_running_max = std::max(a.server_status == "known" ? a.server_running_max.value_or(0) : 0.0,
+                                      b.server_running_max.value_or(0));
+      a.server_samples = n + b.server_samples;
+      a.server_source = b.server_source;
+      a.server_status = "known";
+    }
+  }
 }
 
 std::string list_text(const std::vector<std::string>& v, size_t most = 5) {
@@ -496,6 +537,7 @@ AuditReport merge_shards(std::vector<ShardInput> shards, const MergeOptions& opt
       }
     }
     for (const auto& [id, text] : s.report.token_text) m.token_text.emplace(id, text);
+    for (const auto& ev : s.report.evidence) pool_evidence(m, ev);
     if (const json* st = at_path(s.report.environment, "remote_stats"); st && st->is_object()) {
       any_stats = true;
       for (const auto& [label, v] : st->items()) stats[label].merge(RemoteStats::from_json(v));

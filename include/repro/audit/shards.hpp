@@ -91,7 +91,8 @@ struct MergeOptions {
 // The union as one report, ready for analyze(): plan, prompts and environment of the lowest shard
 // (plan block "shard" and "replicate_shards" cleared: the plan as one unsharded run), completions in
 // the order an unsharded run records them (replicated: shard by shard, each completion's host set),
-// throughput cells pooled, request statistics summed, and the merge block. Throws UsageError naming the shard and the difference.
+// throughput cells pooled, request statistics summed, co-batching evidence pooled by level, and the
+// merge block. Throws UsageError naming the shard and the difference.
 AuditReport merge_shards(std::vector<ShardInput> shards, const MergeOptions& opt);
 // After analyze(): the hosts of replicated shards compared context by context (merge.hosts), and the
 // verdict of an incomplete merge, which is never a pass ("incomplete", unless it is "divergent").
