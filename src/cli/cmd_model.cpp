@@ -124,6 +124,8 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("add_bos_token:   {}\n", setting("add_bos_token", tok.adds_bos() ? "true" : "false"));
   fmt::print("add_eos_token:   {}\n", setting("add_eos_token", tok.adds_eos() ? "true" : "false"));
   fmt::print("eog tokens:      {}\n", eog_line);
+  fmt::print("normalizer:      {}{}\n", tok.normalizer().empty() ? "none" : tok.normalizer() == "nfc" ? "NFC" : tok.normalizer(),
+             tok.normalizer_origin().empty() ? "" : " (" + tok.normalizer_origin() + ")");
   fmt::print("parameters:      {}\n", m->n_params);
   fmt::print("weights memory:  {:.1f} MiB in memory: {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
              (m->mapped_bytes + m->owned_bytes) / 1048576.0, m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);

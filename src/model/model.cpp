@@ -281,6 +281,17 @@ TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
   d.add_eos = flag("tokenizer.ggml.add_eos_token", "add_eos_token", def.add_eos);
   d.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix", d.model == "llama");
   d.space_is_plain = false;
+  // Normalization: the project's key when present, else the pre-tokenizer's (tokenizer_normalizer).
+  if (g.find("repro.tokenizer.normalizer")) {
+    const std::string n = g.get_string("repro.tokenizer.normalizer", "");
+    if (n != "nfc" && n != "none")
+      throw UsageError(what + ": 'repro.tokenizer.normalizer' is '" + n + "'; it must be \"nfc\" or \"none\"");
+    d.normalizer = n == "nfc" ? "nfc" : "";
+    d.normalizer_origin = "key repro.tokenizer.normalizer";
+  } else {
+    d.normalizer = tokenizer_normalizer(d.model, d.pre);
+    d.normalizer_origin = d.model == "gpt2" ? "pre-tokenizer " + d.pre : "tokenizer model " + d.model;
+  }
   return d;
 }
 

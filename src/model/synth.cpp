@@ -377,6 +377,8 @@ std::string synth_model(const SynthOptions& o) {
   w.add("tokenizer.ggml.eos_token_id", u32(tok.eos_id));
   w.add("tokenizer.ggml.add_bos_token", Value::boolean(tok.add_bos));
   w.add("tokenizer.ggml.add_space_prefix", Value::boolean(tok.add_space_prefix));
+  // The normalization, said explicitly (the project's key; tokenizer_normalizer in tokenizer.hpp).
+  w.add("repro.tokenizer.normalizer", Value::string(tokenizer_normalizer(tok.model, tok.pre) == "nfc" ? "nfc" : "none"));
   if (chat) w.add("tokenizer.chat_template", Value::string(chat->jinja));
 
   // ---- tensors (GGUF ne = [in, out]); norm weights are 1.0 but qwen3's head norms ----
