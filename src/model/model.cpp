@@ -420,11 +420,12 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
   } catch (const UsageError& e) {
     throw UsageError(what + ": tokenizer: " + e.what());
   }
-  // ---- chat template: recognised by its markers (repro/common/chat.hpp) ----
+  // ---- chat template: a Jinja program, parsed here and interpreted per prompt (repro/chat/chat.hpp) ----
   const std::string tmpl = g.get_string("tokenizer.chat_template", "");
-  if (!tmpl.empty()) m->chat_template = recognise_chat_template(tmpl, "GGUF tokenizer.chat_template");
-  if (td.eos_id >= 0) m->chat_template.eos_token = td.tokens[static_cast<size_t>(td.eos_id)];
-  if (td.bos_id >= 0) m->chat_template.bos_token = td.tokens[static_cast<size_t>(td.bos_id)];
+  if (!tmpl.empty()) m->chat_template = chat_template_from_jinja(tmpl, "GGUF tokenizer.chat_template");
+  m->chat_template.eos_token = td.eos_id >= 0 ? td.tokens[static_cast<size_t>(td.eos_id)] : "";
+  m->chat_template.bos_token = td.bos_id >= 0 ? td.tokens[static_cast<size_t>(td.bos_id)] : "";
+  m->chat_template.tokenizer_adds_bos = m->tokenizer->adds_bos();
   m->format = "GGUF v" + std::to_string(f.version);
   return m;
 }
