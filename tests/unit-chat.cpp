@@ -276,7 +276,7 @@ TEST_CASE("cli: model info shows the template; run renders messages with it; tem
   CHECK(r.output.find("head size 32") != std::string::npos);
   CHECK(r.output.find("rope:            neox") != std::string::npos);
   CHECK(r.output.find("chat template:   Jinja, interpreted (GGUF tokenizer.chat_template, sha256 ") != std::string::npos);
-  CHECK(r.output.find("normalizer:      none (key repro.tokenizer.normalizer)") != std::string::npos);
+  CHECK(r.output.find("normalizer:      none (tokenizer model llama)") != std::string::npos);
   r = test::run_shell(cli(dir, "model info --json --chat-template mistral '" + model + "'"));
   json j = json::parse(r.output);
   CHECK(j["chat_template"]["name"] == "mistral");

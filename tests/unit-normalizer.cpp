@@ -69,7 +69,17 @@ TEST_CASE("NFC: a decomposed e + U+0301 is one token with a Qwen-style vocabular
   CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'repro.tokenizer.normalizer' is 'nfkc'; it must be \"nfc\" or \"none\""),
                        UsageError);
 
-  // `model info` shows it and where it came from; `tokenize` shows the one id.
+  // model synth writes the key when asked; `model info` shows it and where it came from; `tokenize`
+  // shows the one id.
+  const fs::path sdir = test::scratch_dir("normalizer-synth");
+  auto s = test::run_cli("model synth --dim 32 --hidden 48 --layers 1 --heads 4 --kv-heads 2 --normalizer nfc --out '" +
+                         (sdir / "s.gguf").string() + "'");
+  REQUIRE_MESSAGE(s.code == 0, s.output);
+  s = test::run_cli("model info '" + (sdir / "s.gguf").string() + "'");
+  CHECK(s.output.find("normalizer:      NFC (key repro.tokenizer.normalizer)") != std::string::npos);
+  s = test::run_cli("model synth --normalizer nfkc --out '" + (sdir / "t.gguf").string() + "'");
+  CHECK(s.code == 2);
+  CHECK(s.output.find("--normalizer 'nfkc' is not supported; supported: nfc, none") != std::string::npos);
   auto r = test::run_cli("model info '" + model_file(vocab("qwen2"), "info", nullptr) + "'");
   INFO(r.output);
   CHECK(r.output.find("normalizer:      NFC (pre-tokenizer qwen2)") != std::string::npos);

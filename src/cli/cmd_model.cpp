@@ -182,6 +182,9 @@ void setup_model(CLI::App& parent, Runner& runner) {
   synth->add_option("--chat-template", s.chat_template,
                     "write a tokenizer.chat_template and its special tokens: chatml, llama3, llama3.1, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, llama2");
   synth->add_flag("--rope-freqs", s.rope_freqs, "llama: write a Llama 3.1-style rope_freqs tensor");
+  synth->add_option("--normalizer", s.normalizer,
+                    "write the key repro.tokenizer.normalizer: nfc | none (text normalized before the split, as "
+                    "`model info` shows; default: no key, the pre-tokenizer decides)");
   synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
   synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
 }

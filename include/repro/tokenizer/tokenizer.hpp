@@ -58,7 +58,7 @@ TokenizerDefaults tokenizer_defaults(const std::string& model, const std::string
 // The Unicode normalization a vocabulary's text needs before it is split. A GGUF file has no
 // llama.cpp key for it (Hugging Face keeps it in tokenizer.json's "normalizer"), so it is known:
 //   1. from the project's key repro.tokenizer.normalizer ("nfc" or "none") when the file has it
-//      (`model synth` writes it; a user can add it to any file);
+//      (`model synth --normalizer` writes it; a user can add it to any file);
 //   2. else from the pre-tokenizer: "qwen2" (Qwen2, Qwen2.5, Qwen3, QwQ: their tokenizer.json has
 //      {"type": "NFC"}) means NFC; every other pre-tokenizer and SentencePiece means none.
 // `model info` and `tokenize` show it and where it came from. Returns "nfc" or "".
