@@ -65,7 +65,7 @@ inline std::string edited_synth(int vocab, const std::function<bool(const std::s
 }
 
 // That model with its tokenizer keys replaced by `tok` (a gpt2 vocabulary with merges, BOS and EOS
-// ids; no add_bos_token, add_eos_token, eot_token_id keys unless `extra` adds them).
+// ids; no add_bos_token, add_eos_token, eot_token_id, repro.tokenizer.normalizer keys unless `extra` adds them).
 inline std::string bpe_model(const TokenizerData& tok, bool forced, const std::function<void(gguf::Writer&)>& extra = {}) {
   using gguf::Value;
   auto keys = [&](gguf::Writer& w) {
@@ -78,7 +78,9 @@ inline std::string bpe_model(const TokenizerData& tok, bool forced, const std::f
     w.add("tokenizer.ggml.eos_token_id", Value::u(gguf::ValueType::UINT32, static_cast<uint64_t>(tok.eos_id)));
     if (extra) extra(w);
   };
-  return edited_synth(static_cast<int>(tok.tokens.size()), [](const std::string& k) { return k.rfind("tokenizer.", 0) != 0; },
+  // Every tokenizer key goes, the project's own (repro.tokenizer.normalizer) too.
+  return edited_synth(static_cast<int>(tok.tokens.size()),
+                      [](const std::string& k) { return k.rfind("tokenizer.", 0) != 0 && k.rfind("repro.tokenizer.", 0) != 0; },
                       keys, forced);
 }
 

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/model/model.hpp"
@@ -57,48 +57,43 @@ std::string cli(const fs::path& dir, const std::string& args) {
 
 }  // namespace
 
-TEST_CASE("chat templates are recognised by their markers; others are 'unknown' with the reason") {
-  // Shapes of the published templates (abridged to their markers).
-  const std::string qwen25 =
-      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
-      "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
-      "helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}...{%- endfor %}";
-  ChatTemplate t = recognise_chat_template(qwen25, "GGUF tokenizer.chat_template");
-  CHECK(t.name == "chatml");
-  CHECK(t.default_system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+TEST_CASE("a template is parsed and interpreted; one that does not parse is 'unknown' with the reason") {
+  ChatTemplate t = chat_template_from_jinja("{{ '<start_of_turn>user' }}", "GGUF tokenizer.chat_template");
+  CHECK(t.name == "jinja");
   CHECK(t.origin == "GGUF tokenizer.chat_template");
-
-  const std::string qwen3 = "{{- '<|im_start|>system\\n' + messages[0].content + '\\n\\n' }}{{- '<|im_end|>\\n' }}";
-  t = recognise_chat_template(qwen3, "x");
-  CHECK(t.name == "chatml");
-  CHECK(t.default_system.empty());
-
-  CHECK(recognise_chat_template("{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}", "x").name == "llama3");
-  t = recognise_chat_template("<|start_header_id|>{%- set date_string = \"01 Jan 2025\" %}Cutting Knowledge Date"
-                              "<|end_header_id|>",
-                              "x");
-  CHECK(t.name == "llama3.1");
-  CHECK(t.date == "01 Jan 2025");
-  CHECK(recognise_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}", "x").name == "mistral");
-
-  CHECK(recognise_chat_template("[INST] <<SYS>>\\n{{ system }}<</SYS>> [/INST]", "x").name == "llama2");
-  CHECK(recognise_chat_template("{{- ' [INST] ' + message['content'] + ' [/INST]' }}", "x").name == "mistral-v1");
-  CHECK(recognise_chat_template("[AVAILABLE_TOOLS]{{- \"[INST] \" + m + \"[/INST]\" }}", "x").name == "mistral-v3");
-  CHECK(recognise_chat_template("[AVAILABLE_TOOLS]{{- \"[INST]\" + m + \"[/INST]\" }}", "x").name ==
-        "mistral-v3-tekken");
-  CHECK(recognise_chat_template("{{ '[SYSTEM_PROMPT] ' + c + '[/SYSTEM_PROMPT]' }}{{ '[INST] ' + c + '[/INST]' }}", "x")
-            .name == "mistral-v7");
-  t = recognise_chat_template("{{ '[SYSTEM_PROMPT]' + c + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + c + '[/INST]' }}", "x");
+  CHECK(t.sha256.size() == 64);
+  CHECK(render_chat(msgs({{"user", "hi"}}), t, "p") == "<start_of_turn>user");
+  t = chat_template_from_jinja("{% for m in messages %}\n{% filter upper %}x{% endfilter %}", "GGUF tokenizer.chat_template");
   CHECK(t.name == "unknown");
-  CHECK(t.problem.find("v7-tekken") != std::string::npos);
-  t = recognise_chat_template("[AVAILABLE_TOOLS][INST][/INST]", "x");
-  CHECK(t.name == "unknown");
-  CHECK(t.problem.find("spacing") != std::string::npos);
-  t = recognise_chat_template("{{ '<start_of_turn>user' }}", "GGUF tokenizer.chat_template");
-  CHECK(t.name == "unknown");
+  CHECK(t.problem == "GGUF tokenizer.chat_template line 2: the statement {% filter %} is not supported by this interpreter");
   CHECK_THROWS_WITH_AS(render_chat(msgs({{"user", "hi"}}), t, "prompt 'p1'"),
-                       doctest::Contains("prompt 'p1': the chat template (GGUF tokenizer.chat_template) is not "
-                                         "recognised: it has none of the markers"),
+                       doctest::Contains("prompt 'p1': the chat template (GGUF tokenizer.chat_template) cannot be "
+                                         "interpreted: GGUF tokenizer.chat_template line 2: the statement {% filter %}"),
+                       UsageError);
+  // The variables transformers gives: messages as given (any role, reasoning_content, tool_calls),
+  // tools (none: null), add_generation_prompt, bos/eos texts, chat_template_kwargs.
+  t = chat_template_from_jinja(
+      "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}{% if m.reasoning_content is defined %}"
+      "/{{ m.reasoning_content }}{% endif %}{% if m.tool_calls %}/{{ m.tool_calls[0].function.name }}{% endif %}]"
+      "{% endfor %}{{ tools is none }}{{ enable_thinking is defined and enable_thinking }}{{ add_generation_prompt }}",
+      "T");
+  t.bos_token = "<s>";
+  const json conv = json::parse(R"([{"role": "developer", "content": "d"}, {"role": "assistant", "content": "",
+      "reasoning_content": "r", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]},
+      {"role": "tool", "content": "42"}])");
+  CHECK(render_chat(conv, t, "p") == "<s>[developer:d][assistant:/r/f][tool:42]TrueFalseTrue");
+  CHECK(render_chat(conv, t, "p", ChatExtras{json::array({{{"type", "function"}}}), {{"enable_thinking", true}}}) ==
+        "<s>[developer:d][assistant:/r/f][tool:42]FalseTrueTrue");
+  t.tokenizer_adds_bos = true;  // the tokenizer adds BOS: the template's leading BOS text is dropped
+  CHECK(render_chat(conv, t, "p").rfind("[developer:d]", 0) == 0);
+  CHECK_THROWS_WITH_AS(render_chat(conv, t, "p", ChatExtras{json(), {{"messages", 1}}}),
+                       doctest::Contains("p: \"chat_template_kwargs\" cannot set 'messages'"), UsageError);
+  CHECK_THROWS_WITH_AS(render_chat(conv, t, "p", ChatExtras{json::object(), json()}),
+                       doctest::Contains("p: \"tools\" must be an array of tool objects"), UsageError);
+  // The built-in formats have no place for tools or template arguments: refused, never ignored.
+  CHECK_THROWS_WITH_AS(render_chat(msgs({{"user", "hi"}}), chat_template_from_option("chatml"), "p",
+                                   ChatExtras{json::array({{{"type", "function"}}}), json()}),
+                       doctest::Contains("p: the chatml chat format (--chat-template chatml) has no place for tools"),
                        UsageError);
 }
 
@@ -107,10 +102,6 @@ TEST_CASE("each template renders exactly the text its Jinja renders (generation 
   CHECK(render("chatml", conv) ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there \n<|im_end|>\n"
         "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n");
-  ChatTemplate qwen = chat_template_from_option("chatml");
-  qwen.default_system = "You are Qwen.";
-  CHECK(render_chat(msgs({{"user", "Hi"}}), qwen, "t") ==
-        "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(render("llama3", conv) ==
         "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
@@ -165,12 +156,36 @@ TEST_CASE("renderings equal llama.cpp's Jinja rendering of the templates synth w
         "2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
         "Why?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  // The synthesized files carry templates recognised as the names they were written for.
+  // The synthesized files carry the Jinja templates of these formats: interpreted, they give the
+  // built-in formats' bytes (which are llama.cpp's renderings above), conversation by conversation.
   auto dir = test::scratch_dir("chat-synth-names");
+  const json convs[] = {conv, msgs({{"user", "Hi"}}), msgs({{"user", "Hi"}, {"assistant", "  I am here  "}, {"user", "Go"}}),
+                        msgs({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}),
+                        msgs({{"user", "caf\u00e9 \u3000"}, {"assistant", "\u00a0ok\u00a0"}, {"user", "x"}})};
   for (const char* name : {"chatml", "llama3", "llama3.1", "mistral", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
                            "mistral-v7", "llama2"}) {
     CAPTURE(name);
-    CHECK(synth_chat(name, "llama", dir)->chat_template.name == name);
+    auto m = synth_chat(name, "llama", dir);
+    CHECK(m->chat_template.name == "jinja");
+    ChatTemplate builtin = chat_template_from_option(name);
+    builtin.bos_token = m->chat_template.bos_token;
+    builtin.eos_token = m->chat_template.eos_token;
+    for (const json& c : convs) {
+      CAPTURE(c.dump());
+      std::string want, got, want_err, got_err;
+      try {
+        want = render_chat(c, builtin, "t");
+      } catch (const UsageError& e) {
+        want_err = e.what();
+      }
+      try {
+        got = render_chat(c, m->chat_template, "t");
+      } catch (const UsageError& e) {
+        got_err = e.what();
+      }
+      CHECK(got == want);
+      CHECK(want_err.empty() == got_err.empty());  // a conversation the format refuses, the template raises on
+    }
   }
   // Llama 2 writes the model's BOS text before later user turns; the tokenizer matches it verbatim.
   auto l2 = synth_chat("llama2", "llama", dir);
@@ -187,18 +202,18 @@ TEST_CASE("renderings equal llama.cpp's Jinja rendering of the templates synth w
   CHECK(std::count(m3ids.begin(), m3ids.end(), inst[0]) == 1);
 }
 
-TEST_CASE("--chat-template: a name, or a file recognised the same way; anything else is a usage error") {
+TEST_CASE("--chat-template: a name, or a file with a Jinja template; anything else is a usage error") {
   auto dir = test::scratch_dir("chat-option");
   CHECK(chat_template_from_option("llama3").origin == "--chat-template llama3");
   const std::string good = (dir / "qwen.jinja").string(), bad = (dir / "gemma.jinja").string();
   write_file_atomic(good, "{% for m in messages %}{{ '<|im_start|>' + m['role'] }}<|im_end|>{% endfor %}");
-  write_file_atomic(bad, "{{ '<start_of_turn>' }}");
+  write_file_atomic(bad, "{{ '<start_of_turn>' | wordwrap }");
   ChatTemplate t = chat_template_from_option(good);
-  CHECK(t.name == "chatml");
+  CHECK(t.name == "jinja");
   CHECK(t.origin == "--chat-template " + good);
-  CHECK_THROWS_WITH_AS(chat_template_from_option(bad),
-                       doctest::Contains("the template in the file is not recognised: it has none of the markers"),
-                       UsageError);
+  const std::string bad_msg = "--chat-template '" + bad + "': the template in the file cannot be interpreted: " +
+                              "--chat-template " + bad + " line 1: a tag {{ is never closed";
+  CHECK_THROWS_WITH_AS(chat_template_from_option(bad), bad_msg.c_str(), UsageError);
   CHECK_THROWS_WITH_AS(chat_template_from_option("zephyr"),
                        doctest::Contains("--chat-template 'zephyr' is neither a template name (plain, chatml, llama3, "
                                          "llama3.1, llama2, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, "
@@ -209,7 +224,7 @@ TEST_CASE("--chat-template: a name, or a file recognised the same way; anything 
 TEST_CASE("special tokens: matched verbatim in rendered templates (encode_special), plain text otherwise") {
   auto dir = test::scratch_dir("chat-special");
   auto m = synth_chat("chatml", "qwen2", dir);
-  CHECK(m->chat_template.name == "chatml");
+  CHECK(m->chat_template.name == "jinja");
   CHECK(m->chat_template.origin == "GGUF tokenizer.chat_template");
   const Tokenizer& tok = *m->tokenizer;
   const int im_start = 420 - 3, im_end = 420 - 2;
@@ -235,21 +250,20 @@ TEST_CASE("special tokens: matched verbatim in rendered templates (encode_specia
   CHECK(tok.encode_special("a</s>b", false).size() == tok.encode("a", false).size() + 1 + tok.encode("b", false).size());
 
   auto l3 = synth_chat("llama3", "llama", dir);
-  CHECK(l3->chat_template.name == "llama3");
+  CHECK(l3->chat_template.name == "jinja");
   CHECK(l3->tokenizer->piece(l3->tokenizer->eos()).empty());  // <|eot_id|>, a control token
   const auto l3ids = l3->tokenizer->encode_special(render_chat(msgs({{"user", "Hi"}}), l3->chat_template, "t"), true);
   // <|start_header_id|> twice, <|end_header_id|> twice, <|eot_id|> once: ids 415..419 (vocab 420).
   CHECK(std::count_if(l3ids.begin(), l3ids.end(), [](int id) { return id >= 415; }) == 5);
   CHECK(std::count(l3ids.begin(), l3ids.end(), l3->tokenizer->eos()) == 1);
   auto mi = synth_chat("mistral", "llama", dir);
-  CHECK(mi->chat_template.name == "mistral");
+  CHECK(mi->chat_template.name == "jinja");
   CHECK(mi->chat_template.eos_token == "</s>");
   auto l31 = synth_chat("llama3.1", "llama", dir);
-  CHECK(l31->chat_template.name == "llama3.1");
-  CHECK(l31->chat_template.date == "26 Jul 2024");
+  CHECK(l31->chat_template.name == "jinja");
 }
 
-TEST_CASE("cli: model info shows the template; run renders messages with it; unknown templates exit 2") {
+TEST_CASE("cli: model info shows the template; run renders messages with it; templates that do not parse exit 2") {
   auto dir = test::scratch_dir("chat-cli");
   const std::string model = (dir / "q.gguf").string();
   auto r = test::run_shell(cli(dir, "model synth --arch qwen3 --dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 "
@@ -261,7 +275,8 @@ TEST_CASE("cli: model info shows the template; run renders messages with it; unk
   CHECK(r.output.find("architecture:    qwen3") != std::string::npos);
   CHECK(r.output.find("head size 32") != std::string::npos);
   CHECK(r.output.find("rope:            neox") != std::string::npos);
-  CHECK(r.output.find("chat template:   chatml (GGUF tokenizer.chat_template)") != std::string::npos);
+  CHECK(r.output.find("chat template:   Jinja, interpreted (GGUF tokenizer.chat_template, sha256 ") != std::string::npos);
+  CHECK(r.output.find("normalizer:      none (tokenizer model llama)") != std::string::npos);
   r = test::run_shell(cli(dir, "model info --json --chat-template mistral '" + model + "'"));
   json j = json::parse(r.output);
   CHECK(j["chat_template"]["name"] == "mistral");
@@ -280,13 +295,14 @@ TEST_CASE("cli: model info shows the template; run renders messages with it; unk
   AuditReport rep = load_report(out + "/report.json");
   CHECK(rep.prompts["c1"] == "<|im_start|>user\nthe dog<|im_end|>\n<|im_start|>assistant\n");
 
-  // A template the tool does not recognise: messages are refused (exit 2), plain prompts still run.
+  // A template that uses what the interpreter does not have: refused (exit 2), naming it.
   const std::string gemma = (dir / "gemma.jinja").string();
-  write_file_atomic(gemma, "{{ '<start_of_turn>user' }}");
+  write_file_atomic(gemma, "{% include 'turns.j2' %}");
   r = test::run_shell(cli(dir, "run --model '" + model + "' --prompts '" + prompts + "' --chat-template '" + gemma +
                                    "' --max-tokens 2 --quiet --out '" + out + "2'"));
   CHECK(r.code == 2);
-  CHECK(r.output.find("error: --chat-template '" + gemma + "': the template in the file is not recognised") !=
+  CHECK(r.output.find("error: --chat-template '" + gemma + "': the template in the file cannot be interpreted: "
+                      "--chat-template " + gemma + " line 1: the statement {% include %} is not supported") !=
         std::string::npos);
   r = test::run_shell(cli(dir, "run --model '" + model + "' --prompts '" + prompts +
                                    "' --chat-template plain --max-tokens 4 --repeats 1 --batch-sizes 1 --format json "
@@ -339,7 +355,7 @@ TEST_CASE("run: chat content that spells a control token of the template is refu
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK(r.output == "error: prompt 'inj' message 1 (user): its content holds '<|im_end|>', a control token of the "
-                    "chatml chat template, which would become that token (a message could end its turn and open "
+                    "chat template (GGUF tokenizer.chat_template), which would become that token (a message could end its turn and open "
                     "another, a system turn); remove it, or pass --allow-control-tokens to audit the prompt as "
                     "written\n");
   CHECK(!std::filesystem::exists(dir / "o1" / "report.json"));
@@ -362,4 +378,69 @@ TEST_CASE("run: chat content that spells a control token of the template is refu
   CHECK(m->role == "user");
   CHECK(m->marker == "</s>");
   CHECK(!find_control_text(json::parse(R"([{"role": "user", "content": "plain"}])"), {"</s>"}));
+}
+
+TEST_CASE("tools and chat_template_kwargs reach the template: prompts files (run), serve requests, tokenize") {
+  auto dir = test::scratch_dir("chat-extras");
+  auto m = synth_chat("chatml", "qwen2", dir);
+  const std::string tmpl = (dir / "t.jinja").string();
+  write_file_atomic(tmpl, "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                          "{% if tools %}tools: {{ tools | map(attribute='function.name') | join(',') }}\n{% endif %}"
+                          "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+                          "<think>\n\n</think>\n\n{% endif %}");
+  m->chat_template = chat_template_from_option(tmpl);
+  const json conv = msgs({{"user", "the dog"}});
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  const json kwargs = {{"enable_thinking", false}};
+  const std::string want = "<|im_start|>user\nthe dog<|im_end|>\ntools: get_weather\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  CHECK(render_chat(conv, m->chat_template, "t", ChatExtras{tools, kwargs}) == want);
+
+  // serve: the request's tools and chat_template_kwargs change the prompt's tokens.
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  Server server(*m, EngineOptions{}, so);
+  server.start();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  const json body = {{"messages", conv}, {"max_tokens", 1}, {"temperature", 0}, {"tools", tools},
+                     {"chat_template_kwargs", kwargs}};
+  auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(json::parse(res->body)["usage"]["prompt_tokens"].get<size_t>() == m->tokenizer->encode_special(want, true).size());
+  res = c.Post("/v1/chat/completions", json{{"messages", conv}, {"chat_template_kwargs", 3}}.dump(), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  server.stop();
+
+  // run: a prompts-file line's tools and chat_template_kwargs; the report keeps the rendered text.
+  const std::string model = (dir / "m.gguf").string();
+  auto r = test::run_shell(cli(dir, "model synth --arch qwen2 --dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 "
+                                    "--vocab 420 --chat-template chatml --out '" + model + "'"));
+  REQUIRE(r.code == 0);
+  const std::string prompts = (dir / "p.jsonl").string();
+  write_file_atomic(prompts, json{{"id", "x"}, {"messages", conv}, {"tools", tools}, {"chat_template_kwargs", kwargs}}.dump() + "\n");
+  r = test::run_shell(cli(dir, "run --model '" + model + "' --chat-template '" + tmpl + "' --prompts '" + prompts +
+                                   "' --max-tokens 2 --repeats 1 --batch-sizes 1 --modes batch-invariant --format json "
+                                   "--quiet --out '" + (dir / "o").string() + "'"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const AuditReport rep = load_report((dir / "o" / "report.json").string());
+  CHECK(rep.prompts.at("x") == want);
+  CHECK(rep.plan["prompt_chat_extras"]["x"]["chat_template_kwargs"] == kwargs);
+
+  // tokenize --messages: the same text and ids.
+  const std::string chat = (dir / "chat.json").string();
+  write_file_atomic(chat, json{{"messages", conv}, {"tools", tools}, {"chat_template_kwargs", kwargs}}.dump());
+  r = test::run_shell(cli(dir, "tokenize --json --model '" + model + "' --chat-template '" + tmpl + "' --messages '" + chat + "'"));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const json t = json::parse(r.output);
+  CHECK(t["rendered"] == want);
+  auto m2 = load_model(model);
+  CHECK(t["ids"].get<std::vector<int>>() == m2->tokenizer->encode_special(want, true));
+  r = test::run_shell(cli(dir, "tokenize --model '" + model + "' --messages '" + chat + "' --prompt 'text too'"));
+  CHECK(r.code == 2);
+  CHECK(r.output.find("tokenize needs exactly one of") != std::string::npos);
 }

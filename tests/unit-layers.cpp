@@ -18,7 +18,8 @@ namespace {
 const std::map<std::string, std::vector<std::string>> kUses = {
     {"common", {}},
     {"tokenizer", {"common"}},
-    {"model", {"tokenizer"}},
+    {"chat", {"common"}},
+    {"model", {"tokenizer", "chat"}},
     {"kernels", {"common"}},
     {"structured", {"tokenizer"}},
     {"engine", {"model", "kernels", "structured"}},

@@ -57,9 +57,9 @@ TEST_CASE("provenance: the prompts digest tells apart sets that \"id\\ttext\\n\"
   Prompt other_chat = chat;
   other_chat.messages[0]["role"] = "system";
   CHECK(digest({chat}) != digest({other_chat}));
-  CHECK(digest({chat}) != digest({Prompt{"c1", "Hi", nullptr, "", ""}}));
+  CHECK(digest({chat}) != digest({Prompt{"c1", "Hi", nullptr, "", "", nullptr, nullptr}}));
   Prompt variant{"t/v", "x", nullptr, "t", "v"};
-  CHECK(digest({variant}) != digest({Prompt{"t/v", "x", nullptr, "", ""}}));
+  CHECK(digest({variant}) != digest({Prompt{"t/v", "x", nullptr, "", "", nullptr, nullptr}}));
   // The report's own copy is the same digest, messages included.
   PlanOptions plan;
   plan.prompts = {chat, two_a};

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/rng.hpp"
 #include "repro/common/json.hpp"
@@ -130,14 +130,18 @@ void apply_profile(const ProfileSource& src, PlanOptions& o) {
 }
 
 nlohmann::json plan_to_json(const PlanOptions& o) {
-  nlohmann::json prompts = nlohmann::json::array(), messages = nlohmann::json::object();
+  nlohmann::json prompts = nlohmann::json::array(), messages = nlohmann::json::object(),
+                 extras = nlohmann::json::object();
   for (const auto& p : o.prompts) {
     prompts.push_back(p.id);
     // Chat prompts keep their messages, so a resumed run sends them as they were, not flattened.
     if (p.messages.is_array() && !p.messages.empty()) messages[p.id] = p.messages;
+    if (!p.tools.is_null()) extras[p.id]["tools"] = p.tools;
+    if (!p.chat_template_kwargs.is_null()) extras[p.id]["chat_template_kwargs"] = p.chat_template_kwargs;
   }
   nlohmann::json j = {{"profile", o.profile}, {"prompt_ids", prompts}};
   if (!messages.empty()) j["prompt_messages"] = messages;
+  if (!extras.empty()) j["prompt_chat_extras"] = extras;
   for (const auto& opt : plan_options()) {
     nlohmann::json* cur = &j;
     for (const auto& part : split(opt.report_key, '.')) cur = &(*cur)[part];
@@ -282,7 +286,7 @@ void validate_plan(const PlanOptions& o, int context_length) {
 
 std::string prompt_id_for(const std::string& text) { return "p-" + sha256_hex(text).substr(0, 10); }
 
-Prompt prompt_from_text(const std::string& text) { return Prompt{prompt_id_for(text), text, nullptr, "", ""}; }
+Prompt prompt_from_text(const std::string& text) { return Prompt{prompt_id_for(text), text, nullptr, "", "", nullptr, nullptr}; }
 
 std::vector<Prompt> builtin_prompts() {
   return {prompt_from_text("Once upon a time"), prompt_from_text("The little dog was"),
@@ -393,6 +397,10 @@ std::vector<Prompt> prompts_from_file(const std::string& path) {
       } else if (body->contains("messages")) {
         p.messages = (*body)["messages"];
         p.text = render_chat(p.messages, where);
+        // What the chat template gets beside the messages (as a chat completions request gives it).
+        if (body->contains("tools")) p.tools = (*body)["tools"];
+        if (body->contains("chat_template_kwargs")) p.chat_template_kwargs = (*body)["chat_template_kwargs"];
+        check_chat_extras(ChatExtras{p.tools, p.chat_template_kwargs}, where);
       } else {
         throw UsageError(where + ": needs a \"prompt\" string or a \"messages\" array");
       }

@@ -20,6 +20,8 @@ std::string prompts_digest(const std::vector<Prompt>& prompts) {
   for (const auto& p : prompts) {
     nlohmann::json e = {{"id", p.id}, {"text", p.text}};
     if (p.messages.is_array() && !p.messages.empty()) e["messages"] = p.messages;
+    if (!p.tools.is_null()) e["tools"] = p.tools;
+    if (!p.chat_template_kwargs.is_null()) e["chat_template_kwargs"] = p.chat_template_kwargs;
     if (!p.task.empty()) e["task"] = p.task;
     if (!p.variant.empty()) e["variant"] = p.variant;
     list.push_back(std::move(e));
@@ -39,6 +41,7 @@ std::vector<Prompt> report_prompts(const AuditReport& r) {
     for (const auto& [id, text] : r.prompts) ids.push_back(id);
   }
   const nlohmann::json* pm = member(r.plan, "prompt_messages");
+  const nlohmann::json* px = member(r.plan, "prompt_chat_extras");
   std::vector<Prompt> out;
   for (const auto& id : ids) {
     auto it = r.prompts.find(id);
@@ -46,7 +49,14 @@ std::vector<Prompt> report_prompts(const AuditReport& r) {
     // Chat prompts keep their messages, so a resumed run sends them as they were, not flattened.
     nlohmann::json messages;
     if (pm && pm->is_object() && pm->contains(id)) messages = pm->at(id);
-    Prompt p{id, it->second, messages, "", ""};
+    Prompt p;
+    p.id = id;
+    p.text = it->second;
+    p.messages = messages;
+    if (px && px->is_object() && px->contains(id) && px->at(id).is_object()) {
+      p.tools = px->at(id).value("tools", nlohmann::json());
+      p.chat_template_kwargs = px->at(id).value("chat_template_kwargs", nlohmann::json());
+    }
     for (const auto& pv : r.prompt_variants)
       if (pv.prompt_id == p.id) p.task = pv.task, p.variant = pv.variant;
     out.push_back(std::move(p));

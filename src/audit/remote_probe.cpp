@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 
 namespace repro {
@@ -62,7 +62,13 @@ RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
   if (spec.api == "chat") {
     p.messages = have_messages ? probe.messages : nlohmann::json();
     p.prompt = probe.prompt;
+    p.tools = probe.tools;
+    p.chat_template_kwargs = probe.chat_template_kwargs;
   } else {
+    if (!probe.tools.is_null() || !probe.chat_template_kwargs.is_null())
+      throw UsageError("probe '" + probe.prompt_id + "': its tools or chat_template_kwargs need the chat API; the "
+                       "completions API renders messages in the plain format, which has no place for them (use "
+                       "api=chat for this endpoint)");
     p.prompt = have_messages && probe.prompt.empty() ? render_chat(probe.messages, "probe '" + probe.prompt_id + "' messages")
                                                      : probe.prompt;
   }

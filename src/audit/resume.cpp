@@ -7,7 +7,7 @@
 #include "repro/audit/plan_options.hpp"
 #include "repro/audit/provenance.hpp"
 #include "repro/audit/verdict.hpp"
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/device.hpp"
@@ -212,10 +212,12 @@ void check_resume_model(const PlanRequest& q, const AuditReport& report, const M
 void use_recorded_chat_template(Model& model, const nlohmann::json& environment) {
   if (!environment.is_object() || !environment.contains("model") || !environment["model"].is_object()) return;
   const std::string name = environment["model"].value("chat_template", "");
-  if (name.empty() || name == "unknown" || name == model.chat_template.name) return;
+  // A Jinja template is not recorded by name (the resumed run renders with the template it is given).
+  if (name.empty() || name == "unknown" || name == "jinja" || name == model.chat_template.name) return;
   ChatTemplate t = chat_template_from_option(name);
   t.eos_token = model.chat_template.eos_token;
   t.bos_token = model.chat_template.bos_token;
+  t.tokenizer_adds_bos = model.chat_template.tokenizer_adds_bos;
   t.origin = "--chat-template " + name + " (recorded in the report)";
   model.chat_template = t;
 }

@@ -20,7 +20,7 @@
 #include "repro/audit/shards.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -218,11 +218,14 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
         throw UsageError(
             "prompt '" + p.id + "' message " + std::to_string(m->message) + " (" + m->role +
             "): its content holds '" + printable(m->marker) + "', a control token of the " +
-            model.chat_template.name +
-            " chat template, which would become that token (a message could "
+            (model.chat_template.name == "jinja" ? "chat template (" + model.chat_template.origin + ")"
+                                                 : model.chat_template.name + " chat template") +
+            ", which would become that token (a message could "
             "end its turn and open another, a system turn); remove it, or pass --allow-control-tokens "
             "to audit the prompt as written");
-    texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages") : p.text);
+    texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages",
+                                       ChatExtras{p.tools, p.chat_template_kwargs})
+                         : p.text);
     report.prompts[p.id] = texts.back();
   }
 
@@ -433,6 +436,8 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         probe.prompt_id = plan.prompts[pi].id;
         probe.prompt = plan.prompts[pi].text;
         probe.messages = plan.prompts[pi].messages;
+        probe.tools = plan.prompts[pi].tools;
+        probe.chat_template_kwargs = plan.prompts[pi].chat_template_kwargs;
         probe.decoding = dc.cfg;
         probe.seed = dc.seed;
         probe.logprobs = provider_supports_logprobs(ep.provider);

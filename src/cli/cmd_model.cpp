@@ -33,11 +33,10 @@ int run_model_info(const ModelInfoOptions& o) {
   auto m = ef.load(o.file);
   const ModelConfig& c = m->config;
   const ChatTemplate& ct = m->chat_template;
-  std::string ct_line = ct.name == "unknown" ? "not recognised (" + ct.problem + "); messages need --chat-template"
-                                             : ct.name;
-  ct_line += " (" + ct.origin + ")";
-  if (!ct.default_system.empty()) ct_line += ", default system message \"" + ct.default_system + "\"";
-  if (ct.name == "llama3.1") ct_line += ", date " + ct.date;
+  std::string ct_line = ct.name == "unknown" ? "cannot be interpreted (" + ct.problem + "); messages need --chat-template"
+                        : ct.name == "jinja" ? "Jinja, interpreted"
+                                             : ct.name + " (built-in format)";
+  ct_line += " (" + ct.origin + (ct.sha256.empty() ? "" : ", sha256 " + ct.sha256.substr(0, 16)) + ")";
   const Tokenizer& tok = *m->tokenizer;
   // The end-of-generation set, and the tokenizer settings a missing key left to their defaults.
   nlohmann::json eog = nlohmann::json::array();
@@ -88,14 +87,15 @@ int run_model_info(const ModelInfoOptions& o) {
           {"add_eos", tok.adds_eos()},
           {"eog", eog},
           {"defaulted", tok.defaulted()},
-          {"defaults_for", tok.defaults_for()}}},
+          {"defaults_for", tok.defaults_for()},
+          {"normalizer", tok.normalizer().empty() ? "none" : tok.normalizer()},
+          {"normalizer_origin", tok.normalizer_origin()}}},
         {"n_params", m->n_params},
         {"memory", {{"mapped_bytes", m->mapped_bytes}, {"owned_bytes", m->owned_bytes},
                     {"total_bytes", m->mapped_bytes + m->owned_bytes}}},
         {"chat_template", {{"name", ct.name}, {"origin", ct.origin}}},
     };
-    if (!ct.default_system.empty()) j["chat_template"]["default_system"] = ct.default_system;
-    if (ct.name == "llama3.1") j["chat_template"]["date"] = ct.date;
+    if (!ct.sha256.empty()) j["chat_template"]["sha256"] = ct.sha256;
     if (ct.name == "unknown") j["chat_template"]["problem"] = ct.problem;
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
     return kExitOk;
@@ -124,6 +124,8 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("add_bos_token:   {}\n", setting("add_bos_token", tok.adds_bos() ? "true" : "false"));
   fmt::print("add_eos_token:   {}\n", setting("add_eos_token", tok.adds_eos() ? "true" : "false"));
   fmt::print("eog tokens:      {}\n", eog_line);
+  fmt::print("normalizer:      {}{}\n", tok.normalizer().empty() ? "none" : tok.normalizer() == "nfc" ? "NFC" : tok.normalizer(),
+             tok.normalizer_origin().empty() ? "" : " (" + tok.normalizer_origin() + ")");
   fmt::print("parameters:      {}\n", m->n_params);
   fmt::print("weights memory:  {:.1f} MiB in memory: {:.1f} MiB mapped from the file in their stored types, {:.1f} MiB owned f32\n",
              (m->mapped_bytes + m->owned_bytes) / 1048576.0, m->mapped_bytes / 1048576.0, m->owned_bytes / 1048576.0);
@@ -180,6 +182,9 @@ void setup_model(CLI::App& parent, Runner& runner) {
   synth->add_option("--chat-template", s.chat_template,
                     "write a tokenizer.chat_template and its special tokens: chatml, llama3, llama3.1, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, llama2");
   synth->add_flag("--rope-freqs", s.rope_freqs, "llama: write a Llama 3.1-style rope_freqs tensor");
+  synth->add_option("--normalizer", s.normalizer,
+                    "write the key repro.tokenizer.normalizer: nfc | none (text normalized before the split, as "
+                    "`model info` shows; default: no key, the pre-tokenizer decides)");
   synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
   synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
 }

@@ -83,7 +83,7 @@ int run_serve(const ServeOptions& o) {
   std::unique_ptr<Model> model = o.engine.load(model_path);
   if (model->chat_template.name == "unknown")
     throw UsageError("model '" + model_path + "': its chat template (" + model->chat_template.origin +
-                     ") is not recognised: " + model->chat_template.problem + "; pass --chat-template with one of " +
+                     ") cannot be interpreted: " + model->chat_template.problem + "; pass --chat-template with one of " +
                      chat_template_names() + " or a template file");
 
   // SIGINT/SIGTERM are blocked in every thread started from here on (the server's threads inherit

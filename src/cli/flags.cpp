@@ -71,6 +71,7 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   if (!chat_template.empty()) {
     tmpl.eos_token = m->chat_template.eos_token;
     tmpl.bos_token = m->chat_template.bos_token;
+    tmpl.tokenizer_adds_bos = m->chat_template.tokenizer_adds_bos;
     m->chat_template = tmpl;
   }
   for (const std::string& t : stop_tokens) m->tokenizer->add_eog(stop_token_id(*m->tokenizer, t));

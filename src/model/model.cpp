@@ -281,6 +281,17 @@ TokenizerData gguf_tokenizer(const GgufLoader& g, int vocab) {
   d.add_eos = flag("tokenizer.ggml.add_eos_token", "add_eos_token", def.add_eos);
   d.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix", d.model == "llama");
   d.space_is_plain = false;
+  // Normalization: the project's key when present, else the pre-tokenizer's (tokenizer_normalizer).
+  if (g.find("repro.tokenizer.normalizer")) {
+    const std::string n = g.get_string("repro.tokenizer.normalizer", "");
+    if (n != "nfc" && n != "none")
+      throw UsageError(what + ": 'repro.tokenizer.normalizer' is '" + n + "'; it must be \"nfc\" or \"none\"");
+    d.normalizer = n == "nfc" ? "nfc" : "";
+    d.normalizer_origin = "key repro.tokenizer.normalizer";
+  } else {
+    d.normalizer = tokenizer_normalizer(d.model, d.pre);
+    d.normalizer_origin = d.model == "gpt2" ? "pre-tokenizer " + d.pre : "tokenizer model " + d.model;
+  }
   return d;
 }
 
@@ -409,11 +420,12 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
   } catch (const UsageError& e) {
     throw UsageError(what + ": tokenizer: " + e.what());
   }
-  // ---- chat template: recognised by its markers (repro/common/chat.hpp) ----
+  // ---- chat template: a Jinja program, parsed here and interpreted per prompt (repro/chat/chat.hpp) ----
   const std::string tmpl = g.get_string("tokenizer.chat_template", "");
-  if (!tmpl.empty()) m->chat_template = recognise_chat_template(tmpl, "GGUF tokenizer.chat_template");
-  if (td.eos_id >= 0) m->chat_template.eos_token = td.tokens[static_cast<size_t>(td.eos_id)];
-  if (td.bos_id >= 0) m->chat_template.bos_token = td.tokens[static_cast<size_t>(td.bos_id)];
+  if (!tmpl.empty()) m->chat_template = chat_template_from_jinja(tmpl, "GGUF tokenizer.chat_template");
+  m->chat_template.eos_token = td.eos_id >= 0 ? td.tokens[static_cast<size_t>(td.eos_id)] : "";
+  m->chat_template.bos_token = td.bos_id >= 0 ? td.tokens[static_cast<size_t>(td.bos_id)] : "";
+  m->chat_template.tokenizer_adds_bos = m->tokenizer->adds_bos();
   m->format = "GGUF v" + std::to_string(f.version);
   return m;
 }

@@ -292,6 +292,8 @@ std::string synth_model(const SynthOptions& o) {
     if (o.chat_template == c.name) chat = &c;
   check(o.chat_template.empty() || chat,
         "--chat-template '" + o.chat_template + "' is not one synth writes; supported: " + synth_chat_names());
+  check(o.normalizer.empty() || o.normalizer == "nfc" || o.normalizer == "none",
+        "--normalizer '" + o.normalizer + "' is not supported; supported: nfc, none");
   check(!o.rope_freqs || o.arch == "llama", "--rope-freqs is a Llama 3 feature: use it with --arch llama");
   check(o.dim >= 2 && o.dim <= 16384, "--dim " + std::to_string(o.dim) + " is out of range (2..16384)");
   check(o.hidden_dim >= 1 && o.hidden_dim <= 65536, "--hidden " + std::to_string(o.hidden_dim) + " is out of range (1..65536)");
@@ -377,6 +379,8 @@ std::string synth_model(const SynthOptions& o) {
   w.add("tokenizer.ggml.eos_token_id", u32(tok.eos_id));
   w.add("tokenizer.ggml.add_bos_token", Value::boolean(tok.add_bos));
   w.add("tokenizer.ggml.add_space_prefix", Value::boolean(tok.add_space_prefix));
+  // The normalization, when asked for (the project's key; tokenizer_normalizer in tokenizer.hpp).
+  if (!o.normalizer.empty()) w.add("repro.tokenizer.normalizer", Value::string(o.normalizer));
   if (chat) w.add("tokenizer.chat_template", Value::string(chat->jinja));
 
   // ---- tensors (GGUF ne = [in, out]); norm weights are 1.0 but qwen3's head norms ----

@@ -41,6 +41,8 @@ json request_json(const CompletionRequest& r) {
   if (r.model) b["model"] = *r.model;
   if (r.chat) {
     b["messages"] = r.messages;
+    if (!r.tools.is_null()) b["tools"] = r.tools;
+    if (!r.chat_template_kwargs.is_null()) b["chat_template_kwargs"] = r.chat_template_kwargs;
   } else if (!r.prompt_ids.empty()) {
     b["prompt"] = r.prompt_ids;
   } else {
@@ -164,6 +166,17 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
       throw ApiError(400, "'messages' is required: an array of {\"role\", \"content\"} objects", "messages",
                      "missing_required_parameter");
     r.messages = b["messages"];
+    if (present(b, "tools")) {
+      if (!b["tools"].is_array() || !std::all_of(b["tools"].begin(), b["tools"].end(), [](const json& t) { return t.is_object(); }))
+        throw ApiError(400, "'tools' must be an array of tool objects", "tools", "invalid_type");
+      r.tools = b["tools"];
+    }
+    if (present(b, "chat_template_kwargs")) {
+      if (!b["chat_template_kwargs"].is_object())
+        throw ApiError(400, "'chat_template_kwargs' must be an object of template variables", "chat_template_kwargs",
+                       "invalid_type");
+      r.chat_template_kwargs = b["chat_template_kwargs"];
+    }
   } else {
     if (!present(b, "prompt"))
       throw ApiError(400, "'prompt' is required: a string (or an array holding one string)", "prompt",

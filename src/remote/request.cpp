@@ -104,6 +104,8 @@ json build_request_body(const EndpointSpec& spec, const RequestParams& p) {
       r.messages = p.messages;
     else
       r.messages = json::array({{{"role", "user"}, {"content", p.prompt}}});
+    r.tools = p.tools;
+    r.chat_template_kwargs = p.chat_template_kwargs;
   } else {
     r.prompt = p.prompt;
   }

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/structured/json_schema.hpp"
 
@@ -55,7 +55,8 @@ Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
     std::vector<int>& ids = p.gen.prompt;
     if (chat) {
       try {
-        p.prompt_text = render_chat(r.messages, model.chat_template, "'messages'");
+        p.prompt_text = render_chat(r.messages, model.chat_template, "'messages'",
+                                    ChatExtras{r.tools, r.chat_template_kwargs});
       } catch (const UsageError& e) {
         throw ApiError(400, e.what(), "messages", "invalid_value");
       }

@@ -1,7 +1,10 @@
 // The rules for what a vocabulary's special tokens mean (see repro/tokenizer/tokenizer.hpp): the
 // defaults of absent GGUF keys, and the end-of-generation set. llama.cpp (src/llama-vocab.cpp) is
 // the reference for both.
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <string>
 
@@ -25,6 +28,48 @@ TokenizerDefaults tokenizer_defaults(const std::string& model, const std::string
   d.add_bos = std::any_of(std::begin(kAddBos), std::end(kAddBos), [&](const char* p) { return pre == p; });
   d.origin = model == "gpt2" ? "pre-tokenizer " + (pre.empty() ? std::string("default") : pre) : "tokenizer model " + model;
   return d;
+}
+
+std::string tokenizer_normalizer(const std::string& model, const std::string& pre) {
+  // Pre-tokenizers whose Hugging Face tokenizer.json normalizes to NFC.
+  static const char* const kNfc[] = {"qwen2"};
+  if (model != "gpt2") return "";
+  return std::any_of(std::begin(kNfc), std::end(kNfc), [&](const char* p) { return pre == p; }) ? "nfc" : "";
+}
+
+std::string nfc_normalize(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto flush = [&](size_t b, size_t e) {
+    if (b == e) return;
+    bool ascii = true;
+    for (size_t i = b; i < e; ++i) ascii = ascii && static_cast<unsigned char>(text[i]) < 0x80;
+    if (ascii) {  // ASCII is its own NFC
+      out.append(text.data() + b, e - b);
+      return;
+    }
+    utf8proc_uint8_t* dst = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + b),
+                                            static_cast<utf8proc_ssize_t>(e - b), &dst,
+                                            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    if (n >= 0 && dst) out.append(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
+    else out.append(text.data() + b, e - b);  // unreachable for well-formed runs; kept as it is
+    std::free(dst);
+  };
+  size_t run = 0, i = 0;
+  while (i < text.size()) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    const size_t len = detail::utf8_char_len(text, i);
+    if (b0 >= 0x80 && len == 1) {  // not well-formed: ends the run, kept as it is
+      flush(run, i);
+      out.push_back(text[i]);
+      run = ++i;
+      continue;
+    }
+    i += len;
+  }
+  flush(run, text.size());
+  return out;
 }
 
 const std::vector<std::string>& end_of_turn_texts() {

@@ -112,6 +112,10 @@ void Tokenizer::set_special_tokens(const TokenizerData& d) {
   adds_eos_ = d.add_eos && d.eos_id >= 0;
   defaulted_ = d.defaulted;
   defaults_for_ = d.defaults_for;
+  if (d.normalizer != "" && d.normalizer != "nfc")
+    throw UsageError("tokenizer: normalizer '" + d.normalizer + "' is not supported; supported are nfc and none");
+  normalizer_ = d.normalizer;
+  normalizer_origin_ = d.normalizer_origin;
 }
 
 std::vector<int> Tokenizer::encode_parts(std::string_view text, bool add_special, bool controls) const {
@@ -147,7 +151,7 @@ std::vector<int> Tokenizer::encode_parts(std::string_view text, bool add_special
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
-      const std::vector<int> ids = encode_text(f.text);
+      const std::vector<int> ids = normalizer_.empty() ? encode_text(f.text) : encode_text(nfc_normalize(f.text));
       out.insert(out.end(), ids.begin(), ids.end());
     }
   }

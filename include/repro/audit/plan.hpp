@@ -19,6 +19,9 @@ struct Prompt {
   // Prompt variants (prompts file {"task", "variant", ...}): the task this prompt is a variant of and
   // the variant's name; both empty for a plain prompt. Reports compare variants per task.
   std::string task, variant;
+  // Chat prompts: `tools` and `chat_template_kwargs` of the prompts-file line (null when absent),
+  // given to the chat template (and sent to remote chat endpoints).
+  nlohmann::json tools = nullptr, chat_template_kwargs = nullptr;
 };
 
 // Every knob of a run; a profile sets some, flags override. Validated by validate_plan().

@@ -29,11 +29,12 @@ void setup_verify(CLI::App& parent, Runner& runner);
 void setup_archive(CLI::App& parent, Runner& runner);
 void setup_env(CLI::App& parent, Runner& runner);
 void setup_canary(CLI::App& parent, Runner& runner);
+void setup_tokenize(CLI::App& parent, Runner& runner);
 
 // The one table of subcommands, in --help order.
 inline const Subcommand kSubcommands[] = {
     {"run", setup_run},         {"report", setup_report}, {"diff", setup_diff}, {"canary", setup_canary},
-    {"generate", setup_generate}, {"model", setup_model}, {"serve", setup_serve},
+    {"generate", setup_generate}, {"tokenize", setup_tokenize}, {"model", setup_model}, {"serve", setup_serve},
     {"bench", setup_bench},       {"keygen", setup_keygen}, {"sign", setup_sign},
     {"verify", setup_verify},     {"archive", setup_archive}, {"env", setup_env},
 };

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 #include "repro/common/dtype.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 
@@ -85,7 +85,7 @@ struct Model {
   // arrays (norm gains; every weight of a llama2.c checkpoint).
   int64_t mapped_bytes = 0;
   int64_t owned_bytes = 0;
-  // The chat template `messages` prompts are rendered with (repro/common/chat.hpp): recognised
+  // The chat template `messages` prompts are rendered with (repro/chat/chat.hpp): recognised
   // from the GGUF's tokenizer.chat_template, or "plain" when the file has none; --chat-template
   // replaces it.
   ChatTemplate chat_template;

@@ -33,6 +33,9 @@ struct SynthOptions {
   // template's end-of-turn token (<|im_end|>, <|eot_id|>; mistral keeps </s>).
   std::string chat_template;
   bool rope_freqs = false;   // llama: a rope_freqs tensor of Llama 3.1-style frequency divisors
+  // "" (no key), "nfc" or "none": writes the project's key repro.tokenizer.normalizer, which the
+  // reader takes over the pre-tokenizer's default (tokenizer_normalizer in tokenizer.hpp).
+  std::string normalizer;
 };
 
 // The --arch names synth_model accepts: "llama, qwen2, qwen3".

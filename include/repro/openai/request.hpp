@@ -50,6 +50,9 @@ struct CompletionRequest {
   bool chat = false;                     // /v1/chat/completions (messages) or /v1/completions (prompt)
   std::optional<std::string> model;
   nlohmann::json messages;               // chat: [{"role", "content"}, ...]
+  // chat: `tools` (an array of objects) and `chat_template_kwargs` (an object: further chat-template
+  // variables, e.g. enable_thinking, as vLLM and SGLang take them); null when absent.
+  nlohmann::json tools, chat_template_kwargs;
   std::string prompt;                    // completions: the prompt text...
   std::vector<int64_t> prompt_ids;       // ...or its token ids (read: an array of integers)
   std::optional<int64_t> max_tokens;     // read: max_tokens, or chat's max_completion_tokens

@@ -23,6 +23,7 @@ struct RequestDecoding {
 struct RequestParams {
   std::string prompt;              // completions API (and chat when messages is empty)
   nlohmann::json messages;         // chat API: [{"role","content"}]; null/empty -> one user message = prompt
+  nlohmann::json tools, chat_template_kwargs;  // chat API: sent when not null
   RequestDecoding decoding;
   uint64_t seed = 0;
   bool send_seed = true;

@@ -30,6 +30,11 @@ struct TokenizerData {
   // "add_eos_token", "bos_token_id", "eos_token_id"), and what chose them ("pre-tokenizer llama-bpe").
   std::vector<std::string> defaulted;
   std::string defaults_for;
+  // Unicode normalization applied to text before it is split (never to the text of a token matched
+  // verbatim): "" none, "nfc" canonical composition. normalizer_origin says how it is known
+  // (tokenizer_normalizer: "pre-tokenizer qwen2", "key repro.tokenizer.normalizer").
+  std::string normalizer;
+  std::string normalizer_origin;
   bool add_space_prefix = true;      // llama: prepend a space to the text before encoding
   bool space_is_plain = false;       // llama2.c files spell space as ' ' rather than U+2581
 };
@@ -50,6 +55,19 @@ struct TokenizerDefaults {
 };
 TokenizerDefaults tokenizer_defaults(const std::string& model, const std::string& pre);
 
+// The Unicode normalization a vocabulary's text needs before it is split. A GGUF file has no
+// llama.cpp key for it (Hugging Face keeps it in tokenizer.json's "normalizer"), so it is known:
+//   1. from the project's key repro.tokenizer.normalizer ("nfc" or "none") when the file has it
+//      (`model synth --normalizer` writes it; a user can add it to any file);
+//   2. else from the pre-tokenizer: "qwen2" (Qwen2, Qwen2.5, Qwen3, QwQ: their tokenizer.json has
+//      {"type": "NFC"}) means NFC; every other pre-tokenizer and SentencePiece means none.
+// `model info` and `tokenize` show it and where it came from. Returns "nfc" or "".
+std::string tokenizer_normalizer(const std::string& model, const std::string& pre);
+
+// Canonical composition (NFC, Debian's libutf8proc) of the well-formed UTF-8 runs of text; bytes
+// that are not well-formed UTF-8 are kept as they are, between the normalized runs.
+std::string nfc_normalize(std::string_view text);
+
 // End of generation (EOG): the tokens after which a model has finished its answer. The engine
 // stops a sequence at any of them (and at a generated BOS). The set is, as llama.cpp builds it:
 // EOS, the end-of-turn and end-of-message ids the file names (eot_id, eom_id), and every control
@@ -67,7 +85,8 @@ class Tokenizer {
   // appends EOS when its add_eos is set and it has one. The text of every user-defined token (type
   // user-defined: <think>, <tool_call>) is matched verbatim and becomes that token, longest first,
   // before the rest is split, as llama.cpp and Hugging Face do whether or not special tokens are
-  // parsed; the text between them is encoded on its own. Text that spells a control token
+  // parsed; the text between them is normalized (normalizer(): NFC for Qwen vocabularies, as
+  // Hugging Face does) and encoded on its own. Text that spells a control token
   // (<|im_start|>) is encoded as ordinary text.
   std::vector<int> encode(std::string_view text, bool add_special) const { return encode_parts(text, add_special, false); }
   // As encode, but the text of every special token (types control, user-defined and unknown, e.g.
@@ -114,6 +133,9 @@ class Tokenizer {
   bool adds_eos() const { return adds_eos_; }
   const std::vector<std::string>& defaulted() const { return defaulted_; }
   const std::string& defaults_for() const { return defaults_for_; }
+  // The normalization applied before splitting ("" none, "nfc") and what chose it.
+  const std::string& normalizer() const { return normalizer_; }
+  const std::string& normalizer_origin() const { return normalizer_origin_; }
   virtual std::string kind() const = 0;  // "llama (SentencePiece BPE)" / "gpt2 (byte-level BPE, <pre>)"
   // A number no other tokenizer of this process has had: caches keyed by it (the vocabulary trie
   // of constrained decoding) never mistake a new tokenizer at a freed one's address for the old one.
@@ -138,6 +160,7 @@ class Tokenizer {
   bool adds_bos_ = false, adds_eos_ = false;
   std::vector<std::string> defaulted_;
   std::string defaults_for_;
+  std::string normalizer_, normalizer_origin_;
   static uint64_t next_instance();
   uint64_t instance_ = next_instance();
 };

@@ -1,4 +1,4 @@
-#include "repro/common/chat.hpp"
+#include "repro/chat/chat.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -32,53 +32,9 @@ void check_messages(const nlohmann::json& messages, const std::string& what) {
       throw UsageError(what + ": each message needs a \"role\" string and a \"content\"");
 }
 
-// Jinja's trim: leading and trailing whitespace removed.
-std::string trim(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
-
-bool has(const std::string& s, const char* marker) { return s.find(marker) != std::string::npos; }
-
-// The body of a Jinja string literal with escapes \n, \t, \\, \', \" resolved.
-std::string unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      const char c = s[++i];
-      out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-// ChatML: a literal '<|im_start|>system\n...<|im_end|>\n' written whole (no concatenation inside)
-// is the system message the template adds when the conversation has none.
-std::string chatml_default_system(const std::string& t) {
-  const std::string open = "<|im_start|>system\\n";
-  for (size_t at = t.find(open); at != std::string::npos; at = t.find(open, at + 1)) {
-    const size_t body = at + open.size();
-    const size_t end = t.find("<|im_end|>", body);
-    if (end == std::string::npos) break;
-    const std::string text = t.substr(body, end - body);
-    if (text.find_first_of("'\"{}+") == std::string::npos) return unescape(text);
-  }
-  return "";
-}
-
-// Llama 3.1: the date the template falls back to (set date_string = "26 Jul 2024").
-std::string llama31_date(const std::string& t) {
-  const std::string key = "date_string = \"";
-  const size_t at = t.find(key);
-  if (at == std::string::npos) return "26 Jul 2024";
-  const size_t end = t.find('"', at + key.size());
-  if (end == std::string::npos || end - (at + key.size()) > 40) return "26 Jul 2024";
-  return t.substr(at + key.size(), end - at - key.size());
-}
+// Jinja's trim: leading and trailing whitespace removed, Unicode whitespace included (Python's
+// str.strip()).
+std::string trim(const std::string& s) { return jinja::strip_whitespace(s); }
 
 // After an optional first system message, user and assistant strictly alternate from a user
 // message (the [INST] templates raise an exception otherwise). Returns the index of the first
@@ -152,50 +108,16 @@ std::string chat_template_names() {
   return "plain, chatml, llama3, llama3.1, llama2, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7";
 }
 
-ChatTemplate recognise_chat_template(const std::string& t, const std::string& origin) {
+ChatTemplate chat_template_from_jinja(const std::string& jinja, const std::string& origin) {
   ChatTemplate c;
   c.origin = origin;
-  if (has(t, "<|im_start|>") && has(t, "<|im_end|>")) {
-    c.name = "chatml";
-    c.default_system = chatml_default_system(t);
-  } else if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) {
-    if (has(t, "Cutting Knowledge Date")) {
-      c.name = "llama3.1";
-      c.date = llama31_date(t);
-    } else {
-      c.name = "llama3";
-    }
-  } else if (has(t, "[INST]") && has(t, "[/INST]")) {
-    // The Mistral generations differ in the spaces around [INST] inside the string literals.
-    const bool spaced = has(t, "[INST] '") || has(t, "[INST] \"");
-    const bool tight = has(t, "[INST]'") || has(t, "[INST]\"");
-    if (has(t, "<<SYS>>")) {
-      c.name = "llama2";
-    } else if (has(t, "[SYSTEM_PROMPT]")) {
-      if (has(t, "[SYSTEM_PROMPT] '") || has(t, "[SYSTEM_PROMPT] \"")) {
-        c.name = "mistral-v7";
-      } else {
-        c.name = "unknown";
-        c.problem = "it is a Mistral v7-tekken template ([SYSTEM_PROMPT] without a space), which is not supported";
-      }
-    } else if (has(t, "[AVAILABLE_TOOLS]")) {
-      if (spaced) {
-        c.name = "mistral-v3";
-      } else if (tight) {
-        c.name = "mistral-v3-tekken";
-      } else {
-        c.name = "unknown";
-        c.problem = "it is a Mistral [AVAILABLE_TOOLS] template whose [INST] spacing was not found";
-      }
-    } else if (has(t, "' [INST] '") || has(t, "\" [INST] \"")) {
-      c.name = "mistral-v1";
-    } else {
-      c.name = "mistral";
-    }
-  } else {
+  c.sha256 = sha256_hex(jinja);
+  try {
+    c.program = std::make_shared<const jinja::Template>(jinja, origin);
+    c.name = "jinja";
+  } catch (const UsageError& e) {
     c.name = "unknown";
-    c.problem = "it has none of the markers of ChatML (<|im_start|>), Llama 3 (<|start_header_id|>) or Mistral "
-                "([INST])";
+    c.problem = e.what();
   }
   return c;
 }
@@ -214,23 +136,73 @@ ChatTemplate chat_template_from_option(const std::string& value) {
     throw UsageError("--chat-template '" + value + "' is neither a template name (" + chat_template_names() +
                      ") nor a readable file holding a Jinja chat template");
   check_regular_file(value, "chat template file", uint64_t{1} << 20);
-  c = recognise_chat_template(read_file(value, "chat template file"), "--chat-template " + value);
+  c = chat_template_from_jinja(read_file(value, "chat template file"), "--chat-template " + value);
   if (c.name == "unknown")
-    throw UsageError("--chat-template '" + value + "': the template in the file is not recognised: " + c.problem +
-                     "; pass one of " + chat_template_names() + " instead");
+    throw UsageError("--chat-template '" + value + "': the template in the file cannot be interpreted: " + c.problem);
   return c;
 }
 
-std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what) {
-  check_messages(messages, what);
-  if (t.name == "plain") return render_chat(messages, what);
+void check_chat_extras(const ChatExtras& x, const std::string& what) {
+  if (!x.tools.is_null()) {
+    if (!x.tools.is_array()) throw UsageError(what + ": \"tools\" must be an array of tool objects");
+    for (const auto& t : x.tools)
+      if (!t.is_object()) throw UsageError(what + ": each entry of \"tools\" must be an object");
+  }
+  if (!x.kwargs.is_null()) {
+    if (!x.kwargs.is_object())
+      throw UsageError(what + ": \"chat_template_kwargs\" must be an object of template variables");
+    for (const char* k : {"messages", "tools", "documents", "add_generation_prompt"})
+      if (x.kwargs.contains(k))
+        throw UsageError(what + ": \"chat_template_kwargs\" cannot set '" + k + "'; it is given by the request");
+  }
+}
+
+namespace {
+
+std::string render_jinja(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what,
+                         const ChatExtras& x) {
+  if (!messages.is_array() || messages.empty())
+    throw UsageError(what + ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
+  for (const auto& m : messages)
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw UsageError(what + ": each message needs a \"role\" string");
+  check_chat_extras(x, what);
+  // The variables transformers' apply_chat_template gives the template.
+  nlohmann::json vars = nlohmann::json::object();
+  if (x.kwargs.is_object()) vars = x.kwargs;
+  vars["messages"] = messages;
+  vars["tools"] = x.tools.is_array() && !x.tools.empty() ? x.tools : nlohmann::json();
+  vars["documents"] = nullptr;
+  vars["add_generation_prompt"] = true;
+  if (!vars.contains("bos_token") && !t.bos_token.empty()) vars["bos_token"] = t.bos_token;
+  if (!vars.contains("eos_token") && !t.eos_token.empty()) vars["eos_token"] = t.eos_token;
+  std::string out;
+  try {
+    out = t.program->render(vars);
+  } catch (const UsageError& e) {
+    throw UsageError(what + ": " + e.what());
+  }
+  if (t.tokenizer_adds_bos && !t.bos_token.empty() && out.compare(0, t.bos_token.size(), t.bos_token) == 0)
+    out.erase(0, t.bos_token.size());
+  return out;
+}
+
+}  // namespace
+
+std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what,
+                        const ChatExtras& extras) {
   if (t.name == "unknown")
-    throw UsageError(what + ": the chat template (" + t.origin + ") is not recognised: " + t.problem +
+    throw UsageError(what + ": the chat template (" + t.origin + ") cannot be interpreted: " + t.problem +
                      "; pass --chat-template with one of " + chat_template_names() + " or a template file");
+  if (t.name == "jinja") return render_jinja(messages, t, what, extras);
+  check_messages(messages, what);
+  if ((extras.tools.is_array() && !extras.tools.empty()) || (extras.kwargs.is_object() && !extras.kwargs.empty()))
+    throw UsageError(what + ": the " + t.name + " chat format (" + t.origin +
+                     ") has no place for tools or chat_template_kwargs; use a model whose file has a chat template, "
+                     "or pass --chat-template FILE with a Jinja template");
+  if (t.name == "plain") return render_chat(messages, what);
   std::string out;
   if (t.name == "chatml") {
-    if (!t.default_system.empty() && messages[0]["role"] != "system")
-      out += "<|im_start|>system\n" + t.default_system + "<|im_end|>\n";
     for (const auto& m : messages)
       out += "<|im_start|>" + m["role"].get<std::string>() + "\n" + content_text(m["content"], what) + "<|im_end|>\n";
     return out + "<|im_start|>assistant\n";
@@ -248,7 +220,7 @@ std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, c
       system = trim(content_text(messages[0]["content"], what));
       first = 1;
     }
-    out += header("system") + "Cutting Knowledge Date: December 2023\nToday Date: " + t.date + "\n\n" + system +
+    out += header("system") + "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + system +
            "<|eot_id|>";
     for (size_t i = first; i < messages.size(); ++i)
       out += header(messages[i]["role"].get<std::string>()) + trim(content_text(messages[i]["content"], what)) +
