@@ -19,6 +19,7 @@
 #include "repro/model/default_model.hpp"
 #include "repro/serve/server.hpp"
 #include "repro/report/report.hpp"
+#include "shard_util.hpp"
 #include "test_util.hpp"
 
 #define REPRO_FUZZ_NO_MAIN
@@ -65,21 +66,7 @@ std::string refusal(const std::map<std::string, std::string>& env, int count = 0
 
 json read_json(const fs::path& p) { return json::parse(test::slurp(p)); }
 
-// The analysis of a report that does not depend on timing: cases, summary verdict and counts, and each
-// completion's cell, tokens and hashes.
-json analysis_of(const json& r) {
-  json c = json::array();
-  for (const auto& x : r["completions"])
-    c.push_back({x["prompt_id"], x["decoding"], x["mode"], x["precision"], x["batch_size"], x["position"],
-                 x["filler_set"], x["repeat"], x["tokens"], x["logits_sha256"]});
-  return {{"cases", r["cases"]},
-          {"cross_mode", r["cross_mode"]},
-          {"verdict", r["summary"]["verdict"]},
-          {"n", r["summary"]["cases"]},
-          {"divergent", r["summary"]["divergent_cases"]},
-          {"completions", c},
-          {"plan", r["plan"]}};
-}
+using test::analysis_of;
 
 // One unsharded run and its three shards, made once for the file.
 struct Runs {

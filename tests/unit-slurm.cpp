@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "repro/common/util.hpp"
+#include "shard_util.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
@@ -104,19 +105,7 @@ struct Cluster {
 
 json read_json(const fs::path& p) { return json::parse(test::slurp(p)); }
 
-json analysis_of(const json& r) {
-  json c = json::array();
-  for (const auto& x : r["completions"])
-    c.push_back({x["prompt_id"], x["decoding"], x["mode"], x["precision"], x["batch_size"], x["position"],
-                 x["filler_set"], x["repeat"], x["tokens"], x["logits_sha256"]});
-  return {{"cases", r["cases"]},
-          {"cross_mode", r["cross_mode"]},
-          {"verdict", r["summary"]["verdict"]},
-          {"n", r["summary"]["cases"]},
-          {"divergent", r["summary"]["divergent_cases"]},
-          {"completions", c},
-          {"plan", r["plan"]}};
-}
+using test::analysis_of;
 
 void write_script(const fs::path& p, const std::string& body) {  // a job script of the test's own
   std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
