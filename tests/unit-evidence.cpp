@@ -74,11 +74,11 @@ TEST_CASE("decide_evidence: a level is co-batched by the server's word when it h
   c.others_max = 7;
   c.others_mean = 5;
   c.server_max_batch = 1;  // the server says the probe decoded alone
-  record_level(r, "ep", 8, {c}, ServerRunning{});
+  record_level(r, "ep", 8, {c}, ServerMetricsSummary{});
   Completion alone = c;
   alone.others_min = alone.others_max = 0;
   alone.others_mean = 0;
-  record_level(r, "ep", 1, {alone}, ServerRunning{});
+  record_level(r, "ep", 1, {alone}, ServerMetricsSummary{});
   decide_evidence(r);
   REQUIRE(r.evidence.size() == 1);
   REQUIRE(r.evidence[0].levels.size() == 2);
@@ -91,11 +91,11 @@ TEST_CASE("decide_evidence: a level is co-batched by the server's word when it h
   // The server's running count (sampled) says two ran at once: co-batched.
   c.server_max_batch = -1;
   AuditReport r2;
-  ServerRunning s;
+  ServerMetricsSummary s;
   s.status = "known";
-  s.source = "GET /metrics vllm:num_requests_running";
-  s.max = 4;
-  s.mean = 3;
+  s.source = "vllm:num_requests_running";
+  s.max_running = 4;
+  s.mean_running = 3;
   s.samples = 10;
   record_level(r2, "ep", 8, {c}, s);
   decide_evidence(r2);
@@ -103,13 +103,13 @@ TEST_CASE("decide_evidence: a level is co-batched by the server's word when it h
   CHECK(r2.evidence[0].verified);
   // ... and a server that ran one at a time while the client had 8 in flight: not co-batched.
   AuditReport r3;
-  s.max = 1;
+  s.max_running = 1;
   record_level(r3, "ep", 8, {c}, s);
   decide_evidence(r3);
   CHECK_FALSE(r3.evidence[0].verified);
   // Client side only (the server says nothing): the overlap decides.
   AuditReport r4;
-  record_level(r4, "ep", 8, {c}, ServerRunning{});
+  record_level(r4, "ep", 8, {c}, ServerMetricsSummary{});
   decide_evidence(r4);
   CHECK(r4.evidence[0].verified);
   CHECK(r4.evidence[0].levels[0].evidence.find("client side only") != std::string::npos);

@@ -70,7 +70,7 @@ EndpointEvidence& evidence_for(AuditReport& report, const std::string& endpoint)
 }
 
 void record_level(AuditReport& report, const std::string& endpoint, int concurrency,
-                  const std::vector<Completion>& probes, const ServerRunning& server) {
+                  const std::vector<Completion>& probes, const ServerMetricsSummary& server) {
   EndpointEvidence& ev = evidence_for(report, endpoint);
   auto it = std::find_if(ev.levels.begin(), ev.levels.end(),
                          [&](const CoBatchLevel& l) { return l.concurrency == concurrency; });
@@ -97,17 +97,20 @@ void record_level(AuditReport& report, const std::string& endpoint, int concurre
       l.response_max_batch = std::max(l.response_max_batch.value_or(0), c.server_max_batch);
   }
   if (l.others_min < 0 && l.probes == 0) l.others_min = 0;
-  if (server.status == "known") {
+  const std::string source = server.source.empty()       ? ""
+                             : server.source == "/slots" ? "GET /slots"
+                                                         : "GET /metrics " + server.source;
+  if (server.known()) {
     const int n = l.server_samples;
-    l.server_running_mean = (l.server_running_mean.value_or(0) * n + server.mean * server.samples) /
+    l.server_running_mean = (l.server_running_mean.value_or(0) * n + server.mean_running * server.samples) /
                             std::max(1, n + server.samples);
-    l.server_running_max = std::max(l.server_running_max.value_or(0), server.max);
+    l.server_running_max = std::max(l.server_running_max.value_or(0), server.max_running);
     l.server_samples += server.samples;
-    l.server_source = server.source;
+    l.server_source = source;
     l.server_status = "known";
   } else if (l.server_status != "known") {
     l.server_status = server.status;
-    l.server_source = server.source;
+    l.server_source = source;
   }
 }
 

@@ -497,7 +497,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           auto t0 = Clock::now();
           // The server's own running count while the level runs (/metrics, /slots); an endpoint
           // that exposed none at its first level is not asked again.
-          ServerRunning server;
+          ServerMetricsSummary server;
           std::optional<ServerMetricsSampler> sampler;
           if (auto it = no_metrics.find(ep.label); it != no_metrics.end()) {
             server.status = it->second;
@@ -508,13 +508,8 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st);
           double secs = std::chrono::duration<double>(Clock::now() - t0).count();
           if (sampler) {
-            const ServerMetricsSummary sm = sampler->stop();
-            server.status = sm.status;
-            server.source = sm.source.empty() ? "" : "GET " + (sm.source == "/slots" ? sm.source : "/metrics " + sm.source);
-            server.max = sm.max_running;
-            server.mean = sm.mean_running;
-            server.samples = sm.samples;
-            if (!sm.known() && sm.samples == 0) no_metrics[ep.label] = sm.status;
+            server = sampler->stop();
+            if (!server.known() && server.samples == 0) no_metrics[ep.label] = server.status;
           }
           record_level(report, ep.label, conc, cs, server);
           int64_t toks = 0;

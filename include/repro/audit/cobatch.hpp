@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "repro/audit/result.hpp"
+#include "repro/remote/server_metrics.hpp"
 
 namespace repro {
 
@@ -25,18 +26,11 @@ struct Interval {
 // the other intervals that overlap it, counted over self's lifetime.
 int overlap_with_others(const std::vector<Interval>& all, size_t self, int& others_min, double& others_mean);
 
-// What the server said while one level ran (the sampler's summary); status "unknown: ..." when nothing.
-struct ServerRunning {
-  std::string source;             // e.g. "GET /metrics vllm:num_requests_running"
-  std::string status = "unknown: not sampled";
-  double max = 0, mean = 0;
-  int samples = 0;
-};
-
-// Adds one level's probes (and what the server said during it) to the endpoint's evidence in
-// `report.evidence` (created when missing), merged with earlier probes of the same level.
+// Adds one level's probes (and what the server said during it: the running-count sampler's summary,
+// repro/remote/server_metrics.hpp) to the endpoint's evidence in `report.evidence` (created when
+// missing), merged with earlier probes of the same level.
 void record_level(AuditReport& report, const std::string& endpoint, int concurrency,
-                  const std::vector<Completion>& probes, const ServerRunning& server);
+                  const std::vector<Completion>& probes, const ServerMetricsSummary& server);
 
 // Decides every level's co_batched/evidence and every endpoint's verified/finding (called by analyze()).
 void decide_evidence(AuditReport& report);
