@@ -9,9 +9,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "repro/audit/canary.hpp"
 #include "repro/common/util.hpp"
@@ -175,6 +177,7 @@ TEST_CASE("canary against serve on loopback: GREEN on the same server, RED when 
   auto m1 = load_model((dir / "m1.gguf").string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.api_key = key;
   so.model_name = "house-model";
   auto server = std::make_unique<Server>(*m1, EngineOptions{Mode::BatchInvariant, 1}, so);

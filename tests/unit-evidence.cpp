@@ -5,9 +5,11 @@
 // loopback, and a loopback server speaking the engines' info formats (tests/data/info/).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "fault_server.hpp"
 #include "repro/audit/canary.hpp"
@@ -279,6 +281,7 @@ TEST_CASE("run against serve: --max-batch 1 is UNVERIFIED (exit 4), --max-batch 
     CAPTURE(max_batch);
     ServerOptions so;
     so.port = 0;
+    so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
     so.max_batch = max_batch;
     Server server(*model, {Mode::BatchInvariant, 1}, so);
     server.start();
@@ -323,6 +326,7 @@ TEST_CASE("run --seed-probe against serve: the seed is honoured on both APIs") {
   auto model = load_model((dir / "stories260K.gguf").string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 16;
   Server server(*model, {Mode::BatchInvariant, 1}, so);
   server.start();
@@ -351,6 +355,7 @@ TEST_CASE("replica panel: two replicas and a third serving other weights under t
   auto other_model = load_model(other.string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 16;
   so.model_name = "story";
   Server a(*model, {Mode::BatchInvariant, 1}, so), b(*model, {Mode::BatchInvariant, 1}, so),

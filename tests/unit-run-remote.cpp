@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "repro/engine/engine.hpp"
 #include "repro/report/report.hpp"
@@ -23,6 +25,7 @@ TEST_CASE("run --endpoint against serve (batch-invariant): 1 unique completion p
   const std::string key = "sk-test-NEVER-IN-OUTPUT-5f1e2d";
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 64;
   so.api_key = key;
   Server server(*model, {Mode::BatchInvariant, 1}, so);
@@ -73,6 +76,7 @@ TEST_CASE("run --endpoint: two endpoints side by side; default-mode serving is m
   auto model = load_model((dir / "stories260K.gguf").string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 64;
   Server inv(*model, {Mode::BatchInvariant, 1}, so), def(*model, {Mode::Default, 1}, so);
   inv.start();
@@ -122,6 +126,7 @@ TEST_CASE("run --endpoint with a model name serve does not have: exit 2 naming t
   auto model = load_model((dir / "stories260K.gguf").string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   Server server(*model, {Mode::BatchInvariant, 1}, so);
   server.start();
   auto out = test::scratch_dir("run-remote-wrong-model");

@@ -6,10 +6,12 @@
 // factor. End to end with the real binary on the embedded default model.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "repro/audit/plan.hpp"
 #include "repro/audit/runner.hpp"
@@ -633,6 +635,7 @@ TEST_CASE("endpoints: shards of a remote plan (cases by endpoint label) merge in
   auto model = load_model(default_model_path());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 16;
   Server server(*model, {Mode::BatchInvariant, 1}, so);
   server.start();

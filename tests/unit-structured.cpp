@@ -9,8 +9,10 @@
 #include <fmt/core.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "repro/audit/analysis.hpp"
 #include "repro/engine/engine.hpp"
@@ -328,6 +330,7 @@ TEST_CASE("run --json-schema against serve on loopback: response_format honoured
   auto model = load_model((models / "stories260K.gguf").string());
   ServerOptions so;
   so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap: co-batching is proven, not left to timing
   so.max_batch = 16;
   Server server(*model, {Mode::BatchInvariant, 1}, so);
   server.start();
