@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -67,6 +68,9 @@ struct FaultServerOptions {
   bool empty_content = false;       // 200 with an empty completion text and no tokens
   std::string fixed_text;           // non-empty: every non-streamed completion's text is this (hostile output)
   bool vary_per_request = false;    // every request gets a different text (nondeterminism, no load needed)
+  // Non-empty: leakage between requests. A request's text changes while another request in flight
+  // carries a prompt outside this set (its output depends on another request's contents).
+  std::set<std::string> leak_known;
   int fail_of_5 = 0;                // POST n (from 0) with n % 5 >= 5 - fail_of_5 gets a 500 (the first ones pass)
   // Echo the received API key in "id", "model" and "system_fingerprint" with every character
   // written as a JSON \u escape: the raw body never contains the key, the parsed strings do.
@@ -320,6 +324,25 @@ class FaultServer {
     }
   }
 
+  // The usage block's prompt token count: the prompt's words (at least 1), as a word-level tokenizer counts.
+  static size_t words_of(const std::string& prompt) {
+    size_t n = 0;
+    bool in_word = false;
+    for (char ch : prompt) {
+      const bool space = ch == ' ' || ch == '\n' || ch == '\t';
+      n += !space && !in_word;
+      in_word = !space;
+    }
+    return std::max<size_t>(n, 1);
+  }
+
+  // 1 when a request with a prompt outside opt_.leak_known was in flight at some moment of this one's.
+  int leaked(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = inflight_.find(id);
+    return it != inflight_.end() && it->second.leaked ? 1 : 0;
+  }
+
   void enter() {
     int c = ++current;
     int m = max_concurrent.load();
@@ -391,6 +414,25 @@ class FaultServer {
     if (opt_.fail_of_5 > 0 && nth % 5 >= 5 - opt_.fail_of_5) return error_body(res, 500, "injected fault", req);
     const bool chat = req.path.find("chat/completions") != std::string::npos;
     const std::string prompt = prompt_of(body);
+    struct InFlight {  // the requests in flight and whether an unknown prompt overlapped each (leak_known)
+      FaultServer* s;
+      uint64_t id;
+      ~InFlight() {
+        std::lock_guard<std::mutex> l(s->mu_);
+        s->inflight_.erase(id);
+      }
+    };
+    const uint64_t flight_id = static_cast<uint64_t>(nth);
+    if (!opt_.leak_known.empty()) {
+      std::lock_guard<std::mutex> l(mu_);
+      Flight me{prompt, false};
+      for (auto& [other_id, other] : inflight_) {
+        me.leaked = me.leaked || !opt_.leak_known.count(other.prompt);
+        other.leaked = other.leaked || !opt_.leak_known.count(prompt);
+      }
+      inflight_[flight_id] = me;
+    }
+    const InFlight in_flight{this, flight_id};  // (no temporary: its destructor would erase it at once)
     const bool stream = body.value("stream", false);
     const std::string cache_key = req.path + " " + body.dump();
     if (opt_.response_cache && !stream) {
@@ -453,7 +495,10 @@ class FaultServer {
     const uint64_t seed = body.contains("seed") && body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : 0;
     const int max_tokens = std::max(1, std::min(body.value("max_tokens", 16), 4096));
     const bool want_lp = body.contains("logprobs") && !body["logprobs"].is_null() && body["logprobs"] != false;
-    const int load = opt_.vary_with_load ? current.load() : opt_.vary_per_request ? nth + 1 : 0;
+    const int load = opt_.vary_with_load      ? current.load()
+                     : opt_.vary_per_request  ? nth + 1
+                     : opt_.leak_known.empty() ? 0
+                                               : leaked(flight_id);
     std::vector<int> ids = reply_ids(prompt, seed, temperature > 0, max_tokens, load);
     if (opt_.empty_content) ids.clear();
     const bool echo = opt_.echo_key_escaped;
@@ -500,7 +545,8 @@ class FaultServer {
       nlohmann::json r = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
                           {"created", created}, {"model", model}, {"system_fingerprint", fp},
                           {"choices", nlohmann::json::array({choice})},
-                          {"usage", {{"prompt_tokens", 3}, {"completion_tokens", ids.size()}, {"total_tokens", 3 + ids.size()}}}};
+                          {"usage", {{"prompt_tokens", words_of(prompt)}, {"completion_tokens", ids.size()},
+                                     {"total_tokens", words_of(prompt) + ids.size()}}}};
       if (opt_.response_cache) {
         nap(opt_.cache_miss_s);
         if (opt_.cache_headers) res.set_header("X-Cache", "MISS");
@@ -542,7 +588,7 @@ class FaultServer {
     if (f != Fault::no_done) {
       if (body.contains("stream_options"))
         events.push_back("data: " + nlohmann::json{{"id", id}, {"choices", nlohmann::json::array()},
-                                                   {"usage", {{"prompt_tokens", 3}, {"completion_tokens", ids.size()}}}}.dump() + nl + nl);
+                                                   {"usage", {{"prompt_tokens", words_of(prompt)}, {"completion_tokens", ids.size()}}}}.dump() + nl + nl);
       events.push_back("data: [DONE]" + nl + nl);
     }
     size_t stop_after = f == Fault::cut_stream ? events.size() / 2 : events.size();
@@ -578,6 +624,11 @@ class FaultServer {
   std::vector<SeenRequest> seen_;
   std::vector<Received> received_;
   std::vector<double> arrivals_;
+  struct Flight {
+    std::string prompt;
+    bool leaked = false;
+  };
+  std::map<uint64_t, Flight> inflight_;
   std::map<std::string, std::string> cache_;  // response_cache: request -> first response body
 };
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "fault_server.hpp"
+#include "repro/audit/batch_context.hpp"
 #include "repro/audit/canary.hpp"
 #include "repro/audit/cobatch.hpp"
 #include "repro/audit/compare.hpp"
@@ -448,7 +449,7 @@ TEST_CASE("run against a vLLM-speaking loopback server: /version and /metrics ar
     o.metrics_body = c.body;
     o.metrics_repeat = c.repeat;
     o.metrics_delay_s = c.delay_s;
-    o.slow_s = 0.15;
+    o.slow_s = 0.25;  // the level lasts about a second: the 50 ms sampler sees it even on a busy machine
     test::FaultServer srv(o);
     srv.add_rule("", test::Fault::slow);  // every completion takes a while: requests overlap
     auto out = test::scratch_dir(std::string("evidence-vllm-") + c.name);
@@ -498,4 +499,93 @@ TEST_CASE("diff and canary name an engine, version or posture change before any 
   REQUIRE(!c.alarms.empty());
   CHECK(c.alarms[0] == "RED v: engine vllm 0.10.2 -> vllm 0.11.0");
   CHECK(c.level == CanaryLevel::Red);
+}
+
+TEST_CASE("other_contents_text: the filler's words in reverse order, whitespace kept") {
+  CHECK(other_contents_text("Once upon a time") == "time a upon Once");
+  CHECK(other_contents_text("  Q: Why?\nA:") == "  A: Why?\nQ:");
+  CHECK(other_contents_text("one") == "one");
+  CHECK(other_contents_text("") == "");
+  for (const auto& f : filler_pool()) CHECK(other_contents_text(other_contents_text(f)) == f);
+}
+
+TEST_CASE("run --isolation against serve: each co-batched level again with other filler contents; the same output") {
+  REPRO_REQUIRE_MODELS(dir);
+  auto model = load_model((dir / "stories260K.gguf").string());
+  ServerOptions so;
+  so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap
+  so.max_batch = 16;
+  Server server(*model, {Mode::BatchInvariant, 1}, so);
+  server.start();
+  auto out = test::scratch_dir("evidence-isolation-serve");
+  auto res = test::run_cli("run --quiet --endpoint srv=" + server.url() + " --api-model " + server.model_name() +
+                           " --api completions --concurrency 1,4 --repeats 2 --max-tokens 16 --no-cache-probe"
+                           " --isolation --prompt 'Once upon a time' --format json,md --out '" + out.string() + "'");
+  server.stop();
+  INFO(res.output);
+  CHECK(res.code == 0);
+  AuditReport r = load_report((out / "report.json").string());
+  int other = 0;
+  for (const auto& c : r.completions) {
+    if (c.mate_contents != "other") continue;
+    ++other;
+    CHECK(c.batch_size == 4);  // co-batched levels only: none at concurrency 1
+    CHECK(c.others_max >= 1);  // it shared the server
+  }
+  CHECK(other == 2);
+  REQUIRE(r.evidence.size() == 1);
+  REQUIRE(r.evidence[0].levels.size() == 2);
+  const CoBatchLevel& l4 = r.evidence[0].levels[1];
+  CHECK(l4.co_batched);
+  CHECK(l4.isolation_fillers >= 3);  // serve's usage counts for the drawn and the reversed fillers
+  CHECK(l4.isolation_same_tokens <= l4.isolation_fillers);
+  CHECK(r.evidence[0].levels[0].isolation_fillers == 0);
+  REQUIRE(r.summary.modes.size() == 1);
+  CHECK(r.summary.modes[0].isolation.n == 2);
+  CHECK(r.summary.modes[0].isolation.k == 0);
+  CHECK(r.summary.modes[0].isolation_finding.find("no leakage between requests seen") != std::string::npos);
+  CHECK(test::slurp(out / "report.md").find("no leakage between requests seen") != std::string::npos);
+}
+
+TEST_CASE("run --isolation: an endpoint whose output depends on another request's contents is caught, and named "
+          "leakage only where the endpoint claims batch invariance") {
+  for (const bool claims : {true, false}) {
+    CAPTURE(claims);
+    test::FaultServerOptions o;
+    if (claims) o.get_routes["/get_server_info"] = {"application/json", info("sglang-get_server_info.json")};
+    o.slow_s = 0.15;
+    o.leak_known = {filler_pool().begin(), filler_pool().end()};
+    o.leak_known.insert("hi");
+    test::FaultServer srv(o);
+    srv.add_rule("", test::Fault::slow);  // every completion takes a while: requests overlap
+    auto out = test::scratch_dir(claims ? "evidence-leak-claimed" : "evidence-leak-unclaimed");
+    auto res = test::run_cli("run --quiet --endpoint e=" + srv.url() + "/v1 --api-model m --api completions"
+                             " --concurrency 1,4 --repeats 3 --max-tokens 4 --no-cache-probe --isolation --prompt hi"
+                             " --format json,md --out '" + out.string() + "'");
+    INFO(res.output);
+    CHECK(res.code == 1);  // the other-contents outputs differ: divergent
+    AuditReport r = load_report((out / "report.json").string());
+    REQUIRE(r.evidence.size() == 1);
+    CHECK(r.evidence[0].posture.deterministic == (claims ? "on" : "unknown"));
+    REQUIRE(r.evidence[0].levels.size() == 2);
+    const CoBatchLevel& l4 = r.evidence[0].levels[1];
+    CHECK(l4.co_batched);
+    CHECK(l4.isolation_fillers >= 3);
+    CHECK(l4.isolation_same_tokens == l4.isolation_fillers);  // reversed words: as many words
+    REQUIRE(r.summary.modes.size() == 1);
+    const ModeSummary& ms = r.summary.modes[0];
+    CHECK(ms.isolation.n == 3);
+    CHECK(ms.isolation.k >= 2);  // fillers are always in flight at concurrency 4
+    const std::string md = test::slurp(out / "report.md");
+    if (claims) {
+      CHECK(ms.isolation_finding.find("LEAKAGE BETWEEN REQUESTS") != std::string::npos);
+      CHECK(md.find("LEAKAGE BETWEEN REQUESTS") != std::string::npos);
+    } else {
+      CHECK(ms.isolation_finding.find("not attributable to leakage: the endpoint claims no batch invariance") !=
+            std::string::npos);
+      CHECK(md.find("LEAKAGE") == std::string::npos);
+    }
+    CHECK(ms.isolation_finding.find("equal prompt token counts for") != std::string::npos);
+  }
 }

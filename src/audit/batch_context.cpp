@@ -42,6 +42,32 @@ const std::vector<std::string>& filler_pool() {
   return pool;
 }
 
+std::string other_contents_text(const std::string& filler) {
+  std::vector<std::string> words, gaps;  // gaps[i] precedes words[i]; gaps.back() trails
+  std::string cur, gap;
+  for (char ch : filler) {
+    const bool space = ch == ' ' || ch == '\n' || ch == '\t';
+    if (space && !cur.empty()) {
+      words.push_back(cur);
+      cur.clear();
+    }
+    if (space) {
+      gap += ch;
+    } else {
+      if (cur.empty()) {
+        gaps.push_back(gap);
+        gap.clear();
+      }
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) words.push_back(cur);
+  if (words.size() < 2) return filler;
+  std::string out = gaps.empty() ? "" : gaps[0];
+  for (size_t i = 0; i < words.size(); ++i) out += (i > 0 ? gaps[i] : "") + words[words.size() - 1 - i];
+  return out + gap;
+}
+
 namespace {
 uint64_t next_u64(uint64_t& s) { return rng::splitmix64_next(s); }
 // story_tokens, remembered: a plan asks for the same batch-mate prompt in many cells.

@@ -238,7 +238,8 @@ const std::vector<PlanOption>& plan_options() {
      [](const json& v) { return v.is_boolean(); }, "true or false"},
     {"isolation", OptionType::Bool, "--isolation", "isolation", "isolation",
      "Run every batch context again with batch mates of the same shapes (prompt and decode lengths, positions) "
-     "but other token contents: any difference is leakage between rows, not rounding", true,
+     "but other token contents: any difference is leakage between rows, not rounding (endpoints: every level "
+     "above concurrency 1 again with the fillers' words reversed)", true,
      [](const PlanOptions& o) { return json(o.isolation); },
      [](PlanOptions& o, const json& v) { o.isolation = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},

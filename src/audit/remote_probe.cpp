@@ -142,7 +142,8 @@ void stamp(Completion& c, const EndpointSpec& spec, const RemoteProbe& probe, in
 
 std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe, int concurrency,
                                          int repeats, const std::atomic<bool>* stop,
-                                         std::function<void(int done, int total)> progress, RemoteStats* stats) {
+                                         std::function<void(int done, int total)> progress, RemoteStats* stats,
+                                         std::map<std::string, int>* filler_tokens) {
   check_args(spec, concurrency, repeats);
   std::vector<Completion> out;
   const int first = std::max(0, probe.first_repeat);
@@ -169,6 +170,7 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
       if (a.first_byte >= 0) c.first_byte_s = a.first_byte - t0;
       const int r = a.repeat;
       stamp(c, spec, probe, concurrency, r);
+      c.mate_contents = probe.mate_contents;
       if (a.lifetime >= 0) probe_at.emplace_back(out.size(), static_cast<size_t>(a.lifetime));
       out.push_back(std::move(c));
       ++probes_done;
@@ -192,10 +194,12 @@ std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteP
     RequestParams fp = probe_params(spec, f);
     fp.seed = probe.seed + 1 + i;
     fp.logprobs = false;
-    client.submit(fp, [&](RemoteResult&& res) {
+    client.submit(fp, [&, text = f.prompt](RemoteResult&& res) {
       lifetime(res);
       if (res.aborted) return;
       if (res.cause != FailCause::none) ++client.stats().filler_failed;
+      if (filler_tokens && res.cause == FailCause::none && res.error.empty() && res.response.prompt_tokens > 0)
+        (*filler_tokens)[text] = res.response.prompt_tokens;
       submit_filler();  // closed loop: replace it at once
     });
   };

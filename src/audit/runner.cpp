@@ -380,7 +380,12 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
   for (const auto& ep : endpoints) labels.push_back(ep.label);
   const std::vector<std::string> mine_list = shard_case_ids(plan, labels);
   const std::set<std::string> mine(mine_list.begin(), mine_list.end());
-  const int total = static_cast<int>(mine.size() * (plan.concurrency.size() + (plan.cache_probe ? 1 : 0)));
+  const size_t isolation_arms =
+      plan.isolation ? static_cast<size_t>(std::count_if(plan.concurrency.begin(), plan.concurrency.end(),
+                                                         [](int c) { return c > 1; }))
+                     : 0;
+  const int total =
+      static_cast<int>(mine.size() * (plan.concurrency.size() + isolation_arms + (plan.cache_probe ? 1 : 0)));
   // Work in tokens: the probes of each cell (fillers load the server but are not the audit's work).
   const int64_t per_cell = static_cast<int64_t>(plan.repeats) * plan.max_tokens;
   Progress progress(ctl.progress, total, per_cell * total);
@@ -447,13 +452,14 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         probe.retry_invalid = plan.retry_invalid;
         // Requests that finished before an interruption are not sent again (--resume): a level's
         // probes run one after another, so what finished is a prefix of its repeats.
-        auto finished_prefix = [&](int batch, bool cache, int n) {
+        auto finished_prefix = [&](int batch, bool cache, int n, const std::string& mates = "") {
           Completion k;
           k.prompt_id = probe.prompt_id;
           k.decoding_id = dc.cfg.id;
           k.mode = ep.label;
           k.batch_size = batch;
           k.seed = dc.seed;
+          k.mate_contents = mates;
           int r = 0;
           for (; r < n; ++r) {
             k.repeat = r;
@@ -472,6 +478,40 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
             diverged.add(c);
             report.completions.push_back(std::move(c));
           }
+        };
+        // --isolation: the level again, its fillers' words in reverse order (other contents, the same
+        // token counts where the server's usage says so); analyze_isolation compares the probes.
+        auto run_isolation_arm = [&](const EndpointSpec& spec, const RemoteProbe& drawn, int conc,
+                                     const std::map<std::string, int>& drawn_tokens) {
+          RemoteProbe other = drawn;
+          other.mate_contents = "other";
+          other.fillers.clear();
+          for (const auto& f : drawn.fillers) other.fillers.push_back(other_contents_text(f));
+          other.first_repeat = finished_prefix(conc, false, plan.repeats, "other");
+          const std::string what = spec.label + " concurrency " + std::to_string(conc) + ", other filler contents";
+          if (other.first_repeat >= plan.repeats) {
+            progress.tick(per_cell, false, what, diverged.count());
+            return;
+          }
+          RemoteStats st;
+          std::map<std::string, int> other_tokens;
+          auto t0 = Clock::now();
+          keep(run_remote_probe(spec, other, conc, plan.repeats, ctl.stop, nullptr, &st, &other_tokens));
+          progress.tick(per_cell, true, what, diverged.count(), std::chrono::duration<double>(Clock::now() - t0).count());
+          per_endpoint[spec.label].merge(st);
+          EndpointEvidence& ev = evidence_for(report, spec.label);
+          for (auto& l : ev.levels) {
+            if (l.concurrency != conc) continue;
+            for (const auto& f : drawn.fillers) {
+              auto a = drawn_tokens.find(f);
+              auto b = other_tokens.find(other_contents_text(f));
+              if (a == drawn_tokens.end() || b == other_tokens.end()) continue;
+              ++l.isolation_fillers;
+              l.isolation_same_tokens += a->second == b->second;
+            }
+          }
+          publish_stats();
+          cp.maybe(report);
         };
         if (plan.cache_probe) {
           if (ctl.stop && ctl.stop->load()) break;
@@ -492,6 +532,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           rest.first_repeat = finished_prefix(conc, false, plan.repeats);
           if (rest.first_repeat >= plan.repeats) {  // the whole level finished before
             progress.tick(per_cell, false, ep.label + " concurrency " + std::to_string(conc), diverged.count());
+            if (plan.isolation && conc > 1) run_isolation_arm(ep, probe, conc, {});
             continue;
           }
           auto t0 = Clock::now();
@@ -505,7 +546,8 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
             sampler.emplace(ep);
             sampler->start();
           }
-          auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st);
+          std::map<std::string, int> drawn_tokens;  // filler text -> prompt tokens (server usage)
+          auto cs = run_remote_probe(ep, rest, conc, plan.repeats, ctl.stop, nullptr, &st, &drawn_tokens);
           double secs = std::chrono::duration<double>(Clock::now() - t0).count();
           if (sampler) {
             server = sampler->stop();
@@ -521,6 +563,8 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
           progress.tick(per_cell, true, ep.label + " concurrency " + std::to_string(conc), diverged.count(), secs);
           publish_stats();  // a checkpoint carries the statistics of what it holds
           cp.maybe(report);
+          if (plan.isolation && conc > 1 && !(ctl.stop && ctl.stop->load()))
+            run_isolation_arm(ep, probe, conc, drawn_tokens);
         }
       }
   publish_stats();

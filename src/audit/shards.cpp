@@ -266,6 +266,8 @@ void pool_evidence(AuditReport& m, const EndpointEvidence& from) {
       a.probes += b.probes;
     }
     if (b.response_max_batch) a.response_max_batch = std::max(a.response_max_batch.value_or(0), *b.response_max_batch);
+    a.isolation_fillers += b.isolation_fillers;
+    a.isolation_same_tokens += b.isolation_same_tokens;
     if (b.server_status == "known") {
       const int n = a.server_status == "known" ? a.server_samples : 0;
       a.server_running_mean = (a.server_running_mean.value_or(0) * n + b.server_running_mean.value_or(0) * b.server_samples) /

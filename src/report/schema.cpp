@@ -145,6 +145,8 @@ void describe(V& v, T& x) {
   v("response_max_batch", x.response_max_batch);
   v("co_batched", x.co_batched);
   v("evidence", x.evidence);
+  v.only_if(x.isolation_fillers > 0, "isolation_fillers", x.isolation_fillers);  // --isolation only
+  v.only_if(x.isolation_fillers > 0, "isolation_same_tokens", x.isolation_same_tokens);
 }
 
 template <class V, Is<EndpointPosture> T>

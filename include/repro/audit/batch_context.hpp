@@ -33,6 +33,10 @@ struct FillerDraw {
 
 // The built-in filler pool (short, varied English prompts).
 const std::vector<std::string>& filler_pool();
+// Endpoints, --isolation: a filler with other contents and (for word-level tokenizers, nearly
+// always) the same token count: its words in reverse order, whitespace between them kept. The server's
+// usage counts tell whether the counts really matched (CoBatchLevel::isolation_same_tokens).
+std::string other_contents_text(const std::string& filler);
 // count fillers drawn from the pool with a seeded RNG; lengths in [1, 2 * probe_max_tokens].
 FillerDraw draw_fillers(int count, uint64_t seed, int probe_max_tokens);
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@ struct RemoteProbe {
   std::vector<std::string> stop;
   bool logprobs = false;
   std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
+  std::string mate_contents;       // stamped on the probe completions ("other": --isolation's second arm)
   // Repeats (cache probe: requests) below this index finished in an earlier run (--resume): they are
   // not sent again, and the ones sent are numbered from here.
   int first_repeat = 0;
@@ -46,12 +48,14 @@ struct RemoteProbe {
 // are kept in flight (closed loop: a finished filler is replaced at once). Returns only the probe
 // completions that finished (successful or failed after retries; mode=label,
 // batch_size=concurrency, seed, repeat). When *stop becomes true, in-flight requests are aborted
-// and what finished is returned. `stats` (optional) receives counts for probes and fillers.
+// and what finished is returned. `stats` (optional) receives counts for probes and fillers;
+// `filler_tokens` (optional) each filler text's prompt token count as the server's usage block gave it.
 std::vector<Completion> run_remote_probe(const EndpointSpec& spec, const RemoteProbe& probe,
                                          int concurrency, int repeats,
                                          const std::atomic<bool>* stop,
                                          std::function<void(int done, int total)> progress,
-                                         RemoteStats* stats = nullptr);
+                                         RemoteStats* stats = nullptr,
+                                         std::map<std::string, int>* filler_tokens = nullptr);
 
 // The same prompt cold (first request of it: call this before any other request of the prompt)
 // then `warm_repeats` times warm, sequentially; cache_state "cold"/"warm", batch_size 1. Requests

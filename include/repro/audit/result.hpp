@@ -342,6 +342,9 @@ struct CoBatchLevel {
   std::optional<int> response_max_batch;  // largest batch a probe's decoding shared (response field)
   bool co_batched = false;
   std::string evidence;           // one line: why the level is or is not co-batched
+  // --isolation's second arm (fillers with other contents): filler texts whose prompt token counts
+  // the server reported in both forms, and how many of those counts were equal.
+  int isolation_fillers = 0, isolation_same_tokens = 0;
 };
 
 // What the endpoint says it is (preflight): engine, version and determinism posture.
