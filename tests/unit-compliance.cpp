@@ -445,6 +445,13 @@ TEST_CASE("env: the environment record every report carries, with numerics varia
   CHECK(t.code == 0);
   CHECK(t.output.find("nondeterminism_risks:") != std::string::npos);
   CHECK(t.output.find("  VLLM_BATCH_INVARIANT: 1") != std::string::npos);
+  // never raw JSON: no object or array literal in any line of the text form
+  for (const auto& line : split(t.output, '\n')) {
+    CAPTURE(line);
+    CHECK(line.find("{\"") == std::string::npos);
+    CHECK(line.find("[{") == std::string::npos);
+    CHECK(line.find("\":") == std::string::npos);
+  }
   // Every report carries the same record (plus what the run adds: model, endpoints, digests).
   const auto& s = signed_report();
   json rep = json::parse(read_file((s.dir / "report.json").string()))["environment"];

@@ -1,5 +1,6 @@
 // `repro-audit env [--json] [--threads N]`: the environment record every report carries (tool and
 // build, OS, CPU, BLAS, GPU, the environment variables that change numerics, visible risks).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -15,23 +16,41 @@ struct EnvOptions {
   int threads = 1;
 };
 
-// Indented "key: value" lines; arrays of scalars on one line, arrays of objects one per line.
+// A scalar as text: strings bare, numbers and booleans as written, null as "unknown".
+std::string scalar_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "unknown";
+  return v.dump();
+}
+
+// Indented "key: value" lines, never raw JSON: arrays of scalars on one line, arrays of objects as "- "
+// items with their own indented lines, empty objects as "(none)".
 void print_text(const nlohmann::json& j, int depth, std::string& out) {
   const std::string pad(size_t(depth) * 2, ' ');
   for (auto it = j.begin(); it != j.end(); ++it) {
     const auto& v = it.value();
     if (v.is_object()) {
-      out += pad + it.key() + ":\n";
+      out += pad + it.key() + ":" + (v.empty() ? " (none)\n" : "\n");
       print_text(v, depth + 1, out);
-    } else if (v.is_array() && it.key() == "nondeterminism_risks") {
-      out += pad + it.key() + ":" + (v.empty() ? " none seen\n" : "\n");
-      for (const auto& x : v) out += pad + "  - " + (x.is_string() ? x.get<std::string>() : x.dump()) + "\n";
+    } else if (v.is_array() && (it.key() == "nondeterminism_risks" ||
+                                std::any_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_structured(); }))) {
+      out += pad + it.key() + ":" + (v.empty() ? (it.key() == "nondeterminism_risks" ? " none seen\n" : " (none)\n") : "\n");
+      for (const auto& x : v) {
+        if (!x.is_structured()) {
+          out += pad + "  - " + scalar_text(x) + "\n";
+          continue;
+        }
+        std::string item;
+        print_text(x.is_object() ? x : nlohmann::json{{"values", x}}, depth + 2, item);
+        if (item.size() >= pad.size() + 4) item.replace(0, pad.size() + 4, pad + "  - ");  // the first line carries the dash
+        out += item.empty() ? pad + "  - (none)\n" : item;
+      }
     } else if (v.is_array()) {
       std::string line;
-      for (const auto& x : v) line += (line.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+      for (const auto& x : v) line += (line.empty() ? "" : " ") + scalar_text(x);
       out += pad + it.key() + ": " + (line.empty() ? "(none)" : line) + "\n";
     } else {
-      out += pad + it.key() + ": " + (v.is_string() ? v.get<std::string>() : v.dump()) + "\n";
+      out += pad + it.key() + ": " + scalar_text(v) + "\n";
     }
   }
 }
