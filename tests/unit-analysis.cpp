@@ -390,6 +390,7 @@ TEST_CASE("throughput per mode and batch size, ratio against default") {
   auto add = [&](const std::string& mode, int bs, int tokens, double secs) {
     Completion c = mk("p", mode, std::vector<int>(tokens, 1), "x", bs);
     c.latency_s = secs;
+    c.tokens_per_s = tokens / secs;
     r.completions.push_back(c);
   };
   add("batch-invariant", 1, 100, 2.0);
@@ -412,14 +413,31 @@ TEST_CASE("throughput per mode and batch size, ratio against default") {
   CHECK(*r.throughput[2].ratio_vs_default == doctest::Approx(1.0));
   const auto& bi = r.summary.modes[0];
   CHECK(bi.mode == "batch-invariant");
-  // token-weighted: default would take 100/100 + 100/200 = 1.5 s for batch-invariant's tokens, which
-  // took 2.625 s (the plain mean of the ratios 0.5 and 0.8 would say 0.65)
-  CHECK(*bi.throughput_ratio == doctest::Approx(1.5 / 2.625));
+  // one ratio per cell against default's mean in the same context (0.5 at batch 1, 0.8 at batch 8): their
+  // mean and sample standard deviation, the same definition as the rows' and the trade-off table's
+  CHECK(bi.throughput_ratio_n == 2);
+  CHECK(*bi.throughput_ratio == doctest::Approx(0.65));
+  CHECK(*bi.throughput_ratio_sd == doctest::Approx(std::sqrt(2 * 0.15 * 0.15)));
+  // without default in the run (the ci profile gates batch-invariant alone): not measured, never 1.00x
+  AuditReport alone;
+  for (const auto& c : r.completions)
+    if (c.mode == "batch-invariant") alone.completions.push_back(c);
+  analyze(alone);
+  REQUIRE(alone.summary.modes.size() == 1);
+  CHECK(!alone.summary.modes[0].throughput_ratio.has_value());
+  CHECK(alone.summary.modes[0].throughput_ratio_n == 0);
+  for (const auto& t : alone.throughput) CHECK(!t.ratio_vs_default.has_value());
 
   // rows given by the runner (measured wall time) are kept; ratios filled in
   AuditReport g;
   g.completions = {mk("p", "ep-a", {1}, "x"), mk("p", "ep-b", {1}, "x")};
-  g.throughput = {{"ep-a", "", 4, 400, 2.0, 0, std::nullopt}, {"ep-b", "", 4, 300, 2.0, 0, std::nullopt}};
+  g.environment = {{"endpoints", {{{"label", "ep-a"}}, {{"label", "ep-b"}}}}};
+  for (auto& c : g.completions) {  // endpoint completions: the probe's own tokens/s is the cell's rate
+    c.response_id = "id-" + c.mode;
+    c.batch_size = 4;
+    c.tokens_per_s = c.mode == "ep-a" ? 200 : 150;
+  }
+  g.throughput = {{"ep-a", "", 4, 400, 2.0, 0, std::nullopt, std::nullopt}, {"ep-b", "", 4, 300, 2.0, 0, std::nullopt, std::nullopt}};
   analyze(g);
   REQUIRE(g.throughput.size() == 2);
   CHECK(g.throughput[0].tokens_per_s == doctest::Approx(200));

@@ -229,6 +229,9 @@ TEST_CASE("openai round trip: the server's responses and stream chunks, as the c
     CHECK(got.tokens_known);
     CHECK(got.tokens == r.tokens);
     CHECK(got.logprobs == r.logprobs);
+    // the token strings the logprobs carry, one per id: what the reports show instead of bare ids
+    REQUIRE(got.token_pieces.size() == r.tokens.size());
+    for (size_t i = 0; i < r.tokens.size(); ++i) CHECK(got.token_pieces[i] == s.model->tokenizer->piece(r.tokens[i]));
     CHECK(got.finish_reason == r.finish_reason);
     CHECK(got.id == id);
     CHECK(got.model == "stories260K");
@@ -267,6 +270,7 @@ TEST_CASE("openai round trip: the server's responses and stream chunks, as the c
     CHECK(st.text == sent);
     CHECK(st.tokens == r.tokens);
     CHECK(st.logprobs == r.logprobs);
+    CHECK(st.token_pieces == got.token_pieces);
     CHECK(st.finish_reason == r.finish_reason);
     CHECK(st.id == id);
     CHECK(st.system_fingerprint == s.cx.fingerprint);

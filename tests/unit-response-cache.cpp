@@ -6,6 +6,7 @@
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/response_cache.hpp"
+#include "repro/audit/verdict.hpp"
 #include "repro/remote/client.hpp"
 #include "repro/report/report.hpp"
 #include "fault_server.hpp"
@@ -153,4 +154,48 @@ TEST_CASE("latencies compare within a concurrency level: requests alone are not 
   r.completions[4].latency_s = r.completions[5].latency_s = 0.01;
   analyze(r);
   CHECK(r.summary.modes[0].response_cache->fast_replays == 2);
+}
+
+TEST_CASE("a confirmed replay changes the verdict: reproducible outputs from a cache are UNVERIFIED, exit 4") {
+  // Four identical answers of one endpoint; the analysis alone (no co-batching record, so only the cache
+  // can make it unverified).
+  auto report = [](bool header, bool same_id) {
+    AuditReport r;
+    r.environment = {{"endpoints", {{{"label", "gw"}, {"url", "http://127.0.0.1:9"}, {"api", "completions"},
+                                     {"api_model", "m"}, {"provider", "openai"}}}}};
+    r.prompts = {{"p", "Once upon a time"}};
+    for (int i = 0; i < 4; ++i) {
+      Completion c;
+      c.prompt_id = "p";
+      c.decoding_id = "greedy";
+      c.mode = "gw";
+      c.batch_size = 1;
+      c.repeat = i;
+      c.tokens_known = false;
+      c.text = "the same answer";
+      c.response_id = same_id && i > 0 ? "id-0" : "id-" + std::to_string(i);
+      c.latency_s = 0.5;
+      if (header && i > 0) c.cache_header = "x-cache: HIT";
+      r.completions.push_back(c);
+    }
+    analyze(r);
+    return r;
+  };
+  AuditReport plain = report(false, false);
+  REQUIRE(plain.summary.modes.size() == 1);
+  CHECK(plain.summary.modes[0].verdict == "reproducible");
+  CHECK(exit_code_for(plain) == 0);
+
+  for (auto [header, same_id] : {std::pair{true, false}, std::pair{false, true}}) {
+    CAPTURE(header);
+    AuditReport r = report(header, same_id);
+    CHECK(r.summary.modes[0].verdict == "unverified");
+    CHECK(r.summary.verdict == "unverified");
+    CHECK(exit_code_for(r) == 4);
+    CHECK(verdict_cause(r).find("look replayed from a response cache") != std::string::npos);
+    CHECK(to_junit(r).find("name=\"response cache\"") != std::string::npos);
+    bool advice = false;
+    for (const auto& a : r.advice) advice = advice || a.action.find("Turn off the response cache") != std::string::npos;
+    CHECK(advice);
+  }
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "repro/audit/advice.hpp"
 #include "repro/audit/cobatch.hpp"
 #include "repro/audit/distribution.hpp"
 #include "repro/audit/drift_size.hpp"
@@ -27,6 +28,8 @@
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
+#include "repro/remote/endpoint.hpp"
+#include "repro/remote/request.hpp"
 
 namespace repro {
 
@@ -166,15 +169,12 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   for (auto& row : r.throughput) {
     if (row.seconds > 0 && row.tokens > 0) row.tokens_per_s = static_cast<double>(row.tokens) / row.seconds;
     row.ratio_vs_default.reset();
+    row.ratio_sd.reset();
   }
-  std::string base_mode;
-  for (const auto& row : r.throughput)
-    if (row.mode == "default") base_mode = "default";
-  if (base_mode.empty() && !r.throughput.empty()) base_mode = r.throughput[0].mode;
-  for (auto& row : r.throughput) {
-    for (const auto& b : r.throughput)
-      if (b.mode == base_mode && b.precision == row.precision && b.batch_size == row.batch_size && b.tokens_per_s > 0)
-        row.ratio_vs_default = row.tokens_per_s / b.tokens_per_s;
+  for (auto& row : r.throughput) {  // the one ratio definition (repro/audit/tradeoff.hpp), per batch size
+    const SpeedRatio sp = speed_ratio(r, row.mode, row.precision, SpeedCells::greedy_else_sampled, row.batch_size);
+    row.ratio_vs_default = sp.mean;
+    row.ratio_sd = sp.n > 0 ? sp.sd : std::nullopt;
   }
 
   // ---- per-case verdicts, per-mode summaries, the gate
@@ -194,8 +194,9 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   // The trade-off table: each approach's speed relative to default and its reproducibility (tradeoff.cpp).
   compute_tradeoff(r);
   analyze_variants(r);        // prompt variants per variant and per task (src/audit/variants.cpp)
-  analyze_response_cache(r);  // signs of replayed cached responses per endpoint (src/audit/response_cache.cpp)
   analyze_isolation(r);       // --isolation: leakage between rows (src/audit/isolation.cpp)
+  record_endpoint_token_text(r);  // endpoints: divergent tokens as the text their logprobs named
+  compute_advice(r);          // what to do about the findings (src/audit/advice.cpp)
 }
 
 // ============================================================================ repro command
@@ -208,10 +209,57 @@ std::string shell_quote(const std::string& s) {
 }
 }  // namespace
 
+// An endpoint's completion: the request again, as a curl command with the body the run sent (no
+// streaming; the API key as an environment variable reference, never its value).
+static std::string remote_repro_command(const AuditReport& r, const Completion& c) {
+  const auto& env = r.environment;
+  if (!env.is_object() || !env.contains("endpoints") || !env["endpoints"].is_array()) return "";
+  const nlohmann::json* rec = nullptr;
+  for (const auto& e : env["endpoints"])
+    if (e.is_object() && e.value("label", "") == c.mode) rec = &e;
+  auto prompt = r.prompts.find(c.prompt_id);
+  if (!rec || prompt == r.prompts.end()) return "";
+  try {
+    EndpointSpec spec;
+    spec.label = c.mode;
+    spec.url = rec->value("url", "");
+    spec.api_model = rec->value("api_model", "");
+    spec.api = rec->value("api", "chat");
+    spec.provider = parse_provider(rec->value("provider", "openai"));
+    RequestParams p;
+    p.prompt = prompt->second;
+    p.decoding.id = c.decoding_id;
+    p.decoding.max_tokens = r.plan.is_object() ? r.plan.value("max_tokens", 32) : 32;
+    for (const auto& part : split(c.decoding_id, '-')) {  // "t0.8-p0.95-k40-s1" (see decoding_cells)
+      if (part.size() < 2 || c.decoding_id == "greedy") continue;
+      const std::string v = part.substr(1);
+      if (part[0] == 't') p.decoding.temperature = std::stod(v);
+      if (part[0] == 'p') p.decoding.top_p = std::stod(v);
+      if (part[0] == 'k') p.decoding.top_k = std::stoi(v);
+    }
+    p.seed = c.seed;
+    p.logprobs = provider_supports_logprobs(spec.provider);
+    if (r.plan.is_object() && r.plan.contains("json_schema") && r.plan["json_schema"].is_object())
+      p.json_schema = r.plan["json_schema"];
+    const HttpRequestSpec h = build_request(spec, p);
+    std::string cmd = "curl -sS " + shell_quote(h.url);
+    for (const auto& hd : h.headers)
+      if (hd != "Expect:") cmd += " -H " + shell_quote(hd);
+    cmd += spec.provider == Provider::azure ? " -H \"api-key: $AZURE_OPENAI_API_KEY\""
+                                            : " -H \"Authorization: Bearer $OPENAI_API_KEY\"";
+    cmd += " -d " + shell_quote(h.body);
+    if (rec->contains("extra_body_sha256"))
+      cmd = "# the run also sent --extra-body fields (only their digest is recorded): add them to the body\n" + cmd;
+    return cmd;
+  } catch (const std::exception&) {
+    return "";  // a record this version cannot turn into a request: no reproducer rather than a wrong one
+  }
+}
+
 std::string repro_command(const AuditReport& r, const Completion& c) {
+  if (is_remote_completion(c)) return remote_repro_command(r, c);
   // (a batch of other contents, --isolation, has no `generate` form)
-  if (is_remote_completion(c) || !c.mate_contents.empty() || !r.environment.is_object() || !r.plan.is_object())
-    return "";
+  if (!c.mate_contents.empty() || !r.environment.is_object() || !r.plan.is_object()) return "";
   auto model = r.environment.find("model");
   if (model == r.environment.end() || !model->is_object() || !model->contains("path") || !(*model)["path"].is_string())
     return "";

@@ -28,6 +28,7 @@ Completion completion_from(const RemoteResult& res) {
   c.tokens_known = r.tokens_known;
   c.tokens = r.tokens;
   c.logprobs = r.logprobs;
+  if (r.tokens_known && r.token_pieces.size() == r.tokens.size()) c.token_pieces = r.token_pieces;
   c.finish_reason = r.finish_reason;
   c.system_fingerprint = r.system_fingerprint;
   c.response_model = r.model;

@@ -21,15 +21,15 @@ bool from_endpoint(const Completion& c) {
 
 }  // namespace
 
-void analyze_response_cache(AuditReport& r) {
+std::optional<ResponseCacheSigns> response_cache_signs(const AuditReport& r, const std::string& mode,
+                                                      const std::string& precision) {
   const auto& all = r.completions;
-  for (auto& m : r.summary.modes) {
-    m.response_cache.reset();
+  {
     ResponseCacheSigns s;
     bool endpoint = false;
     std::set<int> replayed;
     for (const auto& c : r.cases) {
-      if (c.mode != m.mode || c.precision != m.precision) continue;
+      if (c.mode != mode || c.precision != precision) continue;
       // The case's successful completions with their output cluster, in the order they were recorded.
       std::vector<std::pair<int, const Cluster*>> members;
       for (const auto& cl : c.clusters)
@@ -73,7 +73,7 @@ void analyze_response_cache(AuditReport& r) {
         }
       }
     }
-    if (!endpoint) continue;
+    if (!endpoint) return std::nullopt;
     s.replayed = wilson(static_cast<int>(replayed.size()), s.completions);
     if (!replayed.empty()) {
       std::string signs;
@@ -87,10 +87,15 @@ void analyze_response_cache(AuditReport& r) {
           "'{}': {} of {} completions look replayed from a response cache ({}); a cache hides nondeterminism instead of "
           "removing it, so this endpoint's TARr@N says little about the model: turn the cache off or make each request "
           "unique, then rerun",
-          mode_label(m.mode, m.precision), replayed.size(), s.completions, signs);
+          mode_label(mode, precision), replayed.size(), s.completions, signs);
+      if (cache_confirmed(s))
+        s.finding += "; a cache-hit header or a repeated response id confirms the replay, so its verdict is "
+                     "UNVERIFIED, never reproducible";
     }
-    m.response_cache = std::move(s);
+    return s;
   }
 }
+
+bool cache_confirmed(const ResponseCacheSigns& s) { return s.header_hits > 0 || s.repeated_ids > 0; }
 
 }  // namespace repro

@@ -1,6 +1,8 @@
 // Shards of a plan and their merge: see include/repro/audit/shards.hpp.
 #include "repro/audit/shards.hpp"
 
+#include "repro/audit/advice.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -653,6 +655,7 @@ void finish_merge(AuditReport& m) {
   }
   // An incomplete merge is never a pass: its verdict says so, unless what ran already diverged.
   if (!mi.complete && m.summary.verdict != "divergent") m.summary.verdict = "incomplete";
+  compute_advice(m);  // again, now that the hosts are compared (src/audit/advice.cpp)
 }
 
 }  // namespace repro

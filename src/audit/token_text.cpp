@@ -2,6 +2,7 @@
 // for the ids at first divergences (record_token_text). See include/repro/audit/analysis.hpp.
 #include <fmt/core.h>
 
+#include <map>
 #include <set>
 
 #include "repro/audit/analysis.hpp"
@@ -54,6 +55,33 @@ std::string display_text(const std::string& s) {
     i += n;
   }
   return o;
+}
+
+namespace {
+std::set<int> divergence_ids(const AuditReport& r) {
+  std::set<int> ids;
+  for (const auto& c : r.cases) {
+    for (const auto& k : c.clusters)
+      if (!k.majority) {
+        if (k.majority_token >= 0) ids.insert(k.majority_token);
+        if (k.cluster_token >= 0) ids.insert(k.cluster_token);
+      }
+    if (c.drift_size.reference_token >= 0) ids.insert(c.drift_size.reference_token);
+    if (c.drift_size.divergent_token >= 0) ids.insert(c.drift_size.divergent_token);
+  }
+  return ids;
+}
+}  // namespace
+
+void record_endpoint_token_text(AuditReport& r) {
+  std::map<int, std::string> pieces;
+  for (const auto& c : r.completions)
+    if (c.tokens_known && !c.token_pieces.empty() && c.token_pieces.size() == c.tokens.size())
+      for (size_t i = 0; i < c.tokens.size(); ++i) pieces.emplace(c.tokens[i], c.token_pieces[i]);
+  if (pieces.empty()) return;
+  for (int id : divergence_ids(r))
+    if (auto it = pieces.find(id); it != pieces.end() && !r.token_text.count(std::to_string(id)))
+      r.token_text[std::to_string(id)] = display_text(it->second);
 }
 
 void record_token_text(AuditReport& r, const std::function<std::string(int)>& piece) {

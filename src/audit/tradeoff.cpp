@@ -41,13 +41,19 @@ bool is_local(const Completion& c) {
   return c.cache_state.empty() && c.response_id.empty() && c.system_fingerprint.empty() && c.response_model.empty();
 }
 
-using ContextKey = std::tuple<std::string, std::string, int, int, std::string>;  // prompt, precision, b, pos, fillers
-ContextKey context_of(const Completion& c) {
-  return {c.prompt_id, c.precision, c.batch_size, c.position, c.filler_set};
-}
+using ContextKey = std::tuple<std::string, int, int, std::string>;  // prompt, b (or concurrency), pos, fillers
+ContextKey context_of(const Completion& c) { return {c.prompt_id, c.batch_size, c.position, c.filler_set}; }
 
 double batch_rate(const Completion& c) {
   return c.batch_seconds > 0 && c.batch_tokens > 0 ? static_cast<double>(c.batch_tokens) / c.batch_seconds : 0.0;
+}
+
+// A cell's measured rate: the whole batch's (local), else the completion's own tokens/s (endpoints:
+// the probe's; local reports written before batch times were recorded).
+double cell_rate(const Completion& c) {
+  if (!c.error.empty()) return 0;
+  const double b = batch_rate(c);
+  return b > 0 ? b : c.tokens_per_s;
 }
 
 struct Selector {
@@ -70,6 +76,71 @@ const std::vector<Selector>& selectors() {
 }
 
 }  // namespace
+
+std::string speed_baseline(const AuditReport& r) {
+  for (const auto& c : r.completions)
+    if (is_local(c)) return "default";
+  const auto& env = r.environment;
+  if (env.is_object() && env.contains("endpoints") && env["endpoints"].is_array())
+    for (const auto& e : env["endpoints"])
+      if (e.is_object() && e.contains("label") && e["label"].is_string()) return e["label"].get<std::string>();
+  return r.completions.empty() ? std::string("default") : r.completions.front().mode;
+}
+
+SpeedRatio speed_ratio_of(const AuditReport& r, const std::function<bool(const Completion&)>& pick,
+                          const std::function<bool(const Completion&)>& base) {
+  std::map<ContextKey, std::pair<double, int>> den;
+  for (const auto& c : r.completions)
+    if (const double rate = cell_rate(c); rate > 0 && base(c)) {
+      auto& b = den[context_of(c)];
+      b.first += rate;
+      b.second++;
+    }
+  std::vector<double> ratios;
+  for (const auto& c : r.completions) {
+    const double rate = cell_rate(c);
+    if (rate <= 0 || !pick(c)) continue;
+    auto b = den.find(context_of(c));
+    if (b == den.end() || b->second.first <= 0) continue;
+    ratios.push_back(rate / (b->second.first / b->second.second));
+  }
+  SpeedRatio out;
+  out.n = static_cast<int>(ratios.size());
+  if (ratios.empty()) return out;
+  double sum = 0;
+  for (double x : ratios) sum += x;
+  const double mean = sum / static_cast<double>(ratios.size());
+  double ss = 0;
+  for (double x : ratios) ss += (x - mean) * (x - mean);
+  out.mean = mean;
+  out.sd = ratios.size() > 1 ? std::sqrt(ss / static_cast<double>(ratios.size() - 1)) : 0.0;
+  out.min = *std::min_element(ratios.begin(), ratios.end());
+  out.max = *std::max_element(ratios.begin(), ratios.end());
+  return out;
+}
+
+SpeedRatio speed_ratio(const AuditReport& r, const std::string& mode, const std::string& precision, SpeedCells which,
+                       int batch_size) {
+  const std::string base = speed_baseline(r);
+  bool sampled = which == SpeedCells::sampled;
+  if (which == SpeedCells::greedy_else_sampled) {
+    sampled = true;
+    for (const auto& c : r.completions)
+      if (c.mode == mode && c.precision == precision && greedy(c.decoding_id)) sampled = false;
+  }
+  auto in_batch = [&](const Completion& c) { return batch_size == 0 || c.batch_size == batch_size; };
+  return speed_ratio_of(
+      r,
+      [&](const Completion& c) {
+        return c.mode == mode && c.precision == precision && greedy(c.decoding_id) != sampled && in_batch(c);
+      },
+      [&](const Completion& c) { return c.mode == base && c.precision == precision && greedy(c.decoding_id); });
+}
+
+std::string speed_text(const SpeedRatio& s) {
+  if (s.n == 0 || !s.mean) return "not measured";
+  return fmt::format("{:.2f}x ±{:.2f} (n {})", *s.mean, s.sd.value_or(0), s.n);
+}
 
 const std::vector<std::string>& tradeoff_approaches() {
   static const std::vector<std::string> names = [] {
@@ -95,14 +166,10 @@ void compute_tradeoff(AuditReport& r) {
     if (precision.empty()) precision = c.precision;
   }
 
-  // Default greedy's mean tokens/s per context (over its repeats): the denominators.
-  std::map<ContextKey, std::pair<double, int>> base;
+  bool base_measured = false;  // default greedy cells with a measured rate
   for (const auto& c : all)
-    if (c.error.empty() && is_local(c) && c.mode == "default" && greedy(c.decoding_id) && batch_rate(c) > 0) {
-      auto& b = base[context_of(c)];
-      b.first += batch_rate(c);
-      b.second++;
-    }
+    base_measured = base_measured ||
+                    (is_local(c) && c.mode == "default" && greedy(c.decoding_id) && cell_rate(c) > 0);
 
   for (const Selector& s : selectors()) {
     TradeoffRow row;
@@ -148,8 +215,7 @@ void compute_tradeoff(AuditReport& r) {
     row.bit_differ = wilson(bit, compared);
     if (row.max_dlogprob) row.mean_dlogprob = steps > 0 ? sum_dlp / static_cast<double>(steps) : 0.0;
 
-    // ---- throughput relative to default greedy, one measurement per completion with a measured batch
-    std::vector<double> ratios;
+    // ---- throughput relative to default greedy (speed_ratio: the one definition of every report)
     int64_t tokens = 0;
     double seconds = 0;
     for (const auto& c : all) {
@@ -159,23 +225,14 @@ void compute_tradeoff(AuditReport& r) {
       if (rate <= 0) continue;
       tokens += c.batch_tokens;
       seconds += c.batch_seconds;
-      auto b = base.find(context_of(c));
-      if (b == base.end() || b->second.second == 0) continue;
-      ratios.push_back(rate / (b->second.first / b->second.second));
     }
     row.tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
-    row.speed_n = static_cast<int>(ratios.size());
-    if (!ratios.empty()) {
-      double sum = 0;
-      for (double x : ratios) sum += x;
-      const double mean = sum / static_cast<double>(ratios.size());
-      double ss = 0;
-      for (double x : ratios) ss += (x - mean) * (x - mean);
-      row.speed_mean = mean;
-      row.speed_sd = ratios.size() > 1 ? std::sqrt(ss / static_cast<double>(ratios.size() - 1)) : 0.0;
-      row.speed_min = *std::min_element(ratios.begin(), ratios.end());
-      row.speed_max = *std::max_element(ratios.begin(), ratios.end());
-    }
+    const SpeedRatio sp = speed_ratio(r, s.mode, precision, s.sampled ? SpeedCells::sampled : SpeedCells::greedy);
+    row.speed_n = sp.n;
+    row.speed_mean = sp.mean;
+    row.speed_sd = sp.sd;
+    row.speed_min = sp.min;
+    row.speed_max = sp.max;
 
     // ---- how it was measured
     std::string how = fmt::format("{} {} case(s) of {} mode at {}, N = {}", row.cases,
@@ -187,8 +244,8 @@ void compute_tradeoff(AuditReport& r) {
              "after another), one thread, reference kernels";
     if (s.sampled) how += "; each case replays one seed at T > 0 across every batch context and repeat";
     if (row.speed_n == 0)
-      how += base.empty() ? "; speed not measured: no default greedy cells with measured batch times in this run"
-                          : "; speed not measured: no cell of this approach has a measured batch time";
+      how += !base_measured ? "; speed not measured: default greedy did not run in the same contexts"
+                            : "; speed not measured: no cell of this approach shares a context with default greedy";
     row.note = how;
     r.tradeoff.push_back(std::move(row));
   }

@@ -7,7 +7,9 @@
 
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/cobatch.hpp"
+#include "repro/audit/response_cache.hpp"
 #include "repro/audit/shards.hpp"
+#include "repro/audit/tradeoff.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 
@@ -50,29 +52,6 @@ bool remote_requests(const AuditReport& r, const std::string& mode, int64_t& req
 }
 
 }  // namespace
-
-std::optional<double> token_weighted_ratio(const AuditReport& r, const std::string& mode, const std::string& precision) {
-  // The baseline is the mode the rows' ratios compare with (analyze()): default, else the first row's.
-  std::string base;
-  for (const auto& row : r.throughput)
-    if (row.mode == "default") base = "default";
-  if (base.empty() && !r.throughput.empty()) base = r.throughput[0].mode;
-  // Over the batch sizes both ran: the time the baseline would take for this mode's tokens (at its
-  // tokens/s per batch size) divided by this mode's measured time. Each batch size counts by the
-  // tokens it generated (a token-weighted harmonic mean of the per-batch-size ratios), never once.
-  double base_time = 0, own_time = 0;
-  for (const auto& row : r.throughput) {
-    if (row.mode != mode || row.precision != precision || row.seconds <= 0 || row.tokens <= 0) continue;
-    for (const auto& b : r.throughput)
-      if (b.mode == base && b.precision == row.precision && b.batch_size == row.batch_size && b.tokens_per_s > 0) {
-        base_time += static_cast<double>(row.tokens) / b.tokens_per_s;
-        own_time += row.seconds;
-        break;
-      }
-  }
-  if (base_time <= 0 || own_time <= 0) return std::nullopt;
-  return base_time / own_time;
-}
 
 void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
   for (const auto& m : planned_modes(r))
@@ -125,7 +104,13 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.bit_divergent_share = static_cast<double>(bitdiv) / answered;
     }
     if (ms.cases == 0 && shard_lacks(r, m, prec)) continue;  // a shard without cases of this mode
-    ms.throughput_ratio = token_weighted_ratio(r, m, prec);
+    ms.response_cache = response_cache_signs(r, m, prec);  // endpoints only (src/audit/response_cache.cpp)
+    {  // the one throughput ratio of every report (repro/audit/tradeoff.hpp)
+      const SpeedRatio sp = speed_ratio(r, m, prec, SpeedCells::greedy_else_sampled);
+      ms.throughput_ratio = sp.mean;
+      ms.throughput_ratio_sd = sp.sd;
+      ms.throughput_ratio_n = sp.n;
+    }
     if (!remote_requests(r, m, ms.requests, ms.failed_requests)) {
       ms.requests = n_total + ms.errors;
       ms.failed_requests = ms.errors;
@@ -141,6 +126,8 @@ void compute_verdicts(AuditReport& r, std::vector<std::string> mode_order) {
       ms.verdict = "divergent";
     else if (const EndpointEvidence* ev = find_evidence(r, m); ev && !ev->verified)
       ms.verdict = "unverified";  // reproducible replays that never shared the server prove nothing
+    else if (ms.response_cache && cache_confirmed(*ms.response_cache))
+      ms.verdict = "unverified";  // identical outputs replayed from a cache say nothing about the model
     else if (ms.no_answer_cases > 0)
       ms.verdict = "no answer";
     else

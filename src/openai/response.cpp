@@ -194,10 +194,15 @@ void parse_choice(const json& choice, bool chat, ParsedResponse& r) {
       if (e.is_object()) {
         auto v = e.find("logprob");
         if (v != e.end() && v->is_number()) r.logprobs.push_back(static_cast<float>(v->get<double>()));
+        auto t = e.find("token");
+        if (t != e.end() && t->is_string()) r.token_pieces.push_back(t->get<std::string>());
       }
   } else if (auto tl = lp->find("token_logprobs"); tl != lp->end() && tl->is_array()) {
     for (auto& v : *tl)
       if (v.is_number()) r.logprobs.push_back(static_cast<float>(v.get<double>()));
+    if (auto tk = lp->find("tokens"); tk != lp->end() && tk->is_array())
+      for (auto& t : *tk)
+        if (t.is_string()) r.token_pieces.push_back(t.get<std::string>());
   }
 }
 

@@ -30,7 +30,10 @@ void analyze(AuditReport& report, const GoldenReport* golden = nullptr);
 // The `repro-audit generate` command that replays completion `c` of a local run alone: the model
 // file, mode, precision, device, threads, prompt, decoding (temperature, top-p, top-k, seed), max
 // tokens, batch size, position and filler seed, with --json (token ids, logprobs, final-logits
-// hash). Empty for completions of endpoints and when the report lacks the model or plan record.
+// hash). For a completion of an endpoint: the request again as a curl command (the endpoint's recorded
+// URL, the body the run sent, without streaming; the key as "$OPENAI_API_KEY" or, for Azure,
+// "$AZURE_OPENAI_API_KEY", never its value). Empty when the report lacks the model, plan or endpoint
+// record.
 std::string repro_command(const AuditReport& r, const Completion& c);
 
 // Adds one measurement (`tokens` generated in `seconds`) to a throughput cell: the totals, tokens_per_s
@@ -45,6 +48,9 @@ std::string display_text(const std::string& bytes);
 // Fills report.token_text for every token id at a first divergence (clusters and drift sizes), with
 // `piece(id)` (the tokenizer's bytes for one token) shown by display_text(). Call after analyze().
 void record_token_text(AuditReport& report, const std::function<std::string(int)>& piece);
+// The same for endpoints, from the token pieces their logprobs named (Completion::token_pieces): the ids
+// at first divergences that some completion carries a piece for and token_text lacks. analyze() calls it.
+void record_endpoint_token_text(AuditReport& report);
 
 // Per mode and batch size (concurrency for remote): the mean over cases of the number of distinct
 // outputs among the completions at that batch size, and the share of those completions outside the

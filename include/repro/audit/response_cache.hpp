@@ -14,6 +14,9 @@
 //    context has at least two such completions (a pattern, not one outlier). Latencies are never
 //    compared across levels: a request alone is rightly faster than one among 32.
 #pragma once
+#include <optional>
+#include <string>
+
 #include "repro/audit/result.hpp"
 
 namespace repro {
@@ -21,8 +24,13 @@ namespace repro {
 inline constexpr double kFastReplayShare = 0.05;  // at most 5% of the case's slowest latency
 inline constexpr double kFastReplayGapS = 0.1;    // and at least 100 ms faster than it
 
-// Fills summary.modes[].response_cache for every endpoint (modes whose completions came from an
-// endpoint); local modes keep it unset.
-void analyze_response_cache(AuditReport& report);
+// The signs of one endpoint (mode) at one precision over its cases; unset for local modes.
+// compute_verdicts (repro/audit/verdict.hpp) stores them in summary.modes[].response_cache.
+std::optional<ResponseCacheSigns> response_cache_signs(const AuditReport& report, const std::string& mode,
+                                                      const std::string& precision);
+// A confirmed replay: a cache-hit header or a repeated response id (near-zero latency alone is a sign,
+// not a proof). A confirmed replay makes an otherwise reproducible endpoint UNVERIFIED (exit 4): its
+// identical outputs say nothing about the model behind the cache.
+bool cache_confirmed(const ResponseCacheSigns& s);
 
 }  // namespace repro

@@ -46,6 +46,9 @@ struct Completion {
   std::vector<int> tokens;
   std::string text;
   std::vector<float> logprobs;    // chosen-token logprobs, empty when unknown
+  // endpoints that return token ids and logprobs: each token's text piece as the logprobs named it (one
+  // per token id); empty otherwise. The reports show divergent tokens as this text (token_text).
+  std::vector<std::string> token_pieces;
   std::string logits_sha256;      // local: final step's logits bits; empty when unknown
   // per step (local engine; empty when unknown): top-2 logit margin, absolute and relative, and the
   // top_k most likely tokens with their logprobs, flattened step by step (top_ids[t * top_k + j])
@@ -246,7 +249,11 @@ struct ThroughputRow {
   int64_t tokens = 0;
   double seconds = 0;
   double tokens_per_s = 0;         // tokens / seconds over all the cell's measurements
-  std::optional<double> ratio_vs_default;  // tokens_per_s / the baseline mode's at the same batch size
+  // Throughput relative to default at this batch size (repro/audit/tradeoff.hpp, speed_ratio): the mean
+  // over the row's cells of each cell's tokens/s / the baseline's mean tokens/s in the same context, and
+  // the standard deviation of those ratios; unset when no cell had a baseline to compare with.
+  std::optional<double> ratio_vs_default;
+  std::optional<double> ratio_sd;
   // The cell's measurements one by one (local: each batched run; remote: each concurrency level's
   // probe stream): how many, and the mean, sample standard deviation and range of their tokens/s.
   int runs = 0;                   // 0: not recorded (a report written before these fields existed)
@@ -406,7 +413,12 @@ struct ModeSummary {
   double tarr_rate = 0;           // share of cases with TARr = true
   double mean_unique = 0;
   double bit_divergent_share = 0;
-  std::optional<double> throughput_ratio;  // mean over batch sizes of ratio_vs_default
+  // Throughput relative to default (repro/audit/tradeoff.hpp, speed_ratio): mean and standard deviation of
+  // the per-cell ratios over the mode's greedy cells (its sampled ones when it ran no greedy case), and
+  // how many cells; unset: not measured (no baseline ran in the same contexts).
+  std::optional<double> throughput_ratio;
+  std::optional<double> throughput_ratio_sd;
+  int throughput_ratio_n = 0;
   int errors = 0;
   bool gated = true;              // the thresholds apply to this mode
   ModeDriftSize drift_size;              // drift against the reference context, over the mode's cases
@@ -545,6 +557,17 @@ struct MergeInfo {
   std::vector<HostAgreement> hosts;  // replicated shards only
 };
 
+// What would change what the run found (src/audit/advice.cpp): one entry per remedy, derived from the
+// findings; every writer renders the list as "What to do".
+struct Advice {
+  std::string about;              // the modes or endpoints it concerns ("default (bf16)", "vllm-a"); "" the run
+  std::string action;             // what to change, one line
+  std::string because;            // the finding of this run it answers
+  std::string cost;               // its cost as measured in this run (with spread), "not measured: ...", or ""
+  std::string limits;             // the documented limits of the remedy; "" when none apply
+  std::string source;             // where the remedy and its limits are documented (URL); "" for this tool's own
+};
+
 struct AuditReport {
   std::string schema = kReportSchema;
   std::string created;            // ISO-8601 UTC
@@ -573,6 +596,7 @@ struct AuditReport {
   std::vector<PanelCase> panel;
   std::optional<ShardInfo> shard;              // run --shard: the part of the plan this report holds
   std::optional<MergeInfo> merge;              // report merge: the shards it was made from
+  std::vector<Advice> advice;                  // filled by analyze(): what to do about the findings
 };
 
 }  // namespace repro

@@ -7,7 +7,9 @@
 //   "divergent"    more than max_divergent divergent cases, or a TARr rate (over the cases that got
 //                  completions) below min_tarr;
 //   "unverified"   (endpoints) reproducible, but no concurrency level co-batched the probe with
-//                  another request (repro/audit/cobatch.hpp): nothing was proven about batching;
+//                  another request (repro/audit/cobatch.hpp): nothing was proven about batching; or
+//                  a cache-hit header or repeated response id confirms that responses were replayed
+//                  from a cache (repro/audit/response_cache.hpp);
 //   "no answer"    an answer extractor found no answer in any completion of some case whose outputs
 //                  are identical (such a case is "no answer", not divergent);
 //   "reproducible" otherwise.
@@ -35,11 +37,6 @@ bool mode_gated(const Thresholds& t, const std::string& mode);
 // The modes or endpoint labels the run planned: environment.endpoints[].label for remote runs,
 // else plan.modes. Empty when the report records neither.
 std::vector<std::string> planned_modes(const AuditReport& r);
-
-// The headline cost of a mode at a precision: its generated tokens over its measured time, divided by
-// the baseline mode's (default) on the same batch sizes; token-weighted, never a plain mean over
-// batch sizes. Unset without comparable rows.
-std::optional<double> token_weighted_ratio(const AuditReport& r, const std::string& mode, const std::string& precision);
 
 // Fills summary.modes (in `mode_order`, then any planned mode not in it) and summary's totals and
 // verdict from the analysed cases. Called by analyze().

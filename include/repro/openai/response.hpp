@@ -75,6 +75,9 @@ struct ParsedResponse {
   bool tokens_known = false;
   std::vector<int> tokens;
   std::vector<float> logprobs;
+  // the text piece of each token the logprobs name (chat content[].token, completions logprobs.tokens),
+  // in order; empty when the response had no logprobs or named no pieces
+  std::vector<std::string> token_pieces;
   std::string finish_reason, system_fingerprint, model, id;
   int64_t created = 0;
   int prompt_tokens = -1, completion_tokens = -1;
