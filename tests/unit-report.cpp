@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -353,7 +354,7 @@ TEST_CASE("writers escape text and mark divergence") {
   CHECK(h.find("<script") == std::string::npos);
   CHECK(h.find("<svg") != std::string::npos);
   std::string md = to_markdown(r);
-  CHECK(md.find("Lily saw a ⟦dog &lt;b&gt;&amp; ran.⟧") != std::string::npos);
+  CHECK(md.find("Lily saw a ⟦dog \\<b>& ran.⟧") != std::string::npos);  // a tag cannot open, the text reads as written
   CHECK(md.find("\\| pipe") != std::string::npos);
 
   // gate all modes: the divergent default case fails in JUnit with the cluster summary
@@ -363,7 +364,8 @@ TEST_CASE("writers escape text and mark divergence") {
   analyze(all);
   std::string jx = to_junit(all);
   CHECK(jx.find("failures=\"1\"") != std::string::npos);
-  CHECK(jx.find("<failure message=\"2 unique of 4") != std::string::npos);
+  CHECK(jx.find("<failure message=\"explained by batch_size") != std::string::npos);
+  CHECK(jx.find("(each value maps to one cluster); 2 unique of 4") != std::string::npos);
   CHECK(jx.find("&lt;b&gt;") != std::string::npos);
   CHECK(to_terminal(all).rfind("verdict: DIVERGENT (exit 1)", 0) == 0);
 }
@@ -699,8 +701,20 @@ TEST_CASE("throughput cells: measurements with mean, spread and range; noisy cel
   CHECK(t.rows[0][2] == "whole batch");
   auto cost = throughput_cost_lines(r);
   REQUIRE(cost.size() == 1);
-  // token-weighted: 36 tokens in 0.39 s against default's 0.18 + 0.09 s for the same tokens
-  CHECK(cost[0] == "batch-invariant: 0.69x the throughput of default, token-weighted over batch sizes (batch 1: 0.75x, 8: 0.60x)");
+  // One ratio per cell (its batch's tokens/s against default's mean in the same context): 4 cells at
+  // batch 1 of 75 / 100 tokens/s, 4 at batch 8 of 960 / 1600; mean and sample standard deviation.
+  const ModeSummary& bi = r.summary.modes[1];
+  REQUIRE(bi.mode == "batch-invariant");
+  CHECK(bi.throughput_ratio_n == 8);
+  CHECK(*bi.throughput_ratio == doctest::Approx(0.675));
+  CHECK(*bi.throughput_ratio_sd == doctest::Approx(0.075 * std::sqrt(8.0 / 7.0)));
+  CHECK(mode_speed_text(bi) == "0.67x ±0.08 (n 8)");
+  CHECK(cost[0] == "batch-invariant: 0.67x ±0.08 the throughput of default (mean ± sd over 8 cells, each against "
+                   "the mean of default in the same context); per batch size: batch 1: 0.75x ±0.00, 8: 0.60x ±0.00");
+  // the same definition in the trade-off table and the headline
+  REQUIRE(r.tradeoff.size() >= 2);
+  CHECK(r.tradeoff[1].speed_n == 8);
+  CHECK(*r.tradeoff[1].speed_mean == doctest::Approx(*bi.throughput_ratio));
   CHECK(to_markdown(r).find(cost[0]) != std::string::npos);
   CHECK(to_html(r).find(cost[0]) != std::string::npos);
   // a report written before the statistics existed still renders
@@ -721,8 +735,9 @@ TEST_CASE("charts: distinct tick labels, one colour per mode everywhere, drift s
     REQUIRE(labels.size() == 5);
     for (size_t i = 1; i < labels.size(); ++i) CHECK(labels[i] != labels[i - 1]);
   }
-  // the divergence chart's axis tops at 2 completions: 0, 0.5, 1, 1.5, 2 (never "0, 0, 1, 1, 2")
-  CHECK(ticks["chart-divergence"] == std::vector<std::string>{"0", "0.5", "1", "1.5", "2"});
+  // the divergence chart counts completions: whole-number ticks only (never 0.5 of a completion)
+  CHECK(ticks["chart-divergence"] == std::vector<std::string>{"0", "1", "2", "3", "4"});
+  CHECK(ticks["chart-divergent-cases"] == std::vector<std::string>{"0", "1", "2", "3", "4"});
   // a 1e-6 axis keeps its digits
   AuditReport tiny = r;
   for (auto& t : tiny.throughput) t.tokens_per_s *= 1e-8;
@@ -844,4 +859,152 @@ TEST_CASE("a NUL in a prompt id or text is kept through run and shown as \\x00 b
   size_t at = 0, listed = 0;
   while ((at = d.output.find("changed a\\x00b [greedy] batch-invariant", at)) != std::string::npos) ++listed, ++at;
   CHECK(listed == 2);
+}
+
+TEST_CASE("the banner states each mode's verdict and what the gate covers; what to do, in every format") {
+  // The fixture: default diverges in 1 of 2 cases, the gate covers batch-invariant only, which reproduces.
+  // (Its one failed request of 9 is tolerated here, so default's own verdict is its divergence.)
+  AuditReport r = small_report();
+  r.thresholds.max_error_rate = 0.5;
+  analyze(r);
+  VerdictBanner b = verdict_banner(r);
+  CHECK(b.title == "Verdict: REPRODUCIBLE (gate: batch-invariant); not gated: default DIVERGENT");
+  CHECK(b.mixed);
+  REQUIRE(b.modes.size() == 2);
+  CHECK(b.modes[0].label == "default");
+  CHECK(b.modes[0].verdict == "DIVERGENT");
+  CHECK(b.modes[0].detail == "1 of 2 cases divergent, 1 error, not gated");
+  CHECK(b.modes[1].detail == "0 of 2 cases divergent, gated: pass");
+  CHECK(b.gate.find("The gate covers batch-invariant only") == 0);
+  CHECK(b.gate.find("default is reported but not gated") != std::string::npos);
+
+  // The advice follows from the findings: batch-invariant reproduced where default diverged, at its
+  // measured throughput ratio with its spread (the same ratio as the headline's).
+  REQUIRE(!r.advice.empty());
+  const Advice& a = r.advice[0];
+  CHECK(a.about == "default");
+  CHECK(a.action.find("Use batch-invariant kernels") == 0);
+  CHECK(a.because.find("default diverged in 1 of 2 cases; it follows batch_size (1 of 1)") == 0);
+  CHECK(a.because.find("batch-invariant reproduced all 2 of 2 cases on the same prompts") != std::string::npos);
+  CHECK(a.cost.find("batch-invariant ran at 0.67x ±0.08 the throughput of default (mean ± sd over 8 cells") == 0);
+
+  r.throughput[0].runs = 3;  // a cell with spread: its error bar
+  r.throughput[0].stddev_tokens_per_s = 10;
+  const std::string md = to_markdown(r), html = to_html(r), junit = to_junit(r), term = to_terminal(r);
+  for (const std::string* text : {&md, &html, &term}) {
+    CHECK(text->find("not gated: default DIVERGENT") != std::string::npos);
+    CHECK(text->find("Use batch-invariant kernels") != std::string::npos);
+  }
+  CHECK(md.find("## What to do") < md.find("## Reproducibility and throughput per mode"));
+  CHECK(html.find("id=\"advice\"") < html.find("id=\"headline\""));
+  CHECK(html.find("id=\"chart-divergent-cases\"") < html.find("Attribution to factors"));
+  CHECK(html.find("id=\"charts\"") < html.find("Attribution to factors"));
+  CHECK(term.find("The gate covers batch-invariant only") != std::string::npos);
+  // a table of contents, and the cases: a CSS-only "only divergent" filter, reproducible cases collapsed
+  CHECK(html.find("<nav id=\"toc\">") != std::string::npos);
+  CHECK(html.find("<input type=\"checkbox\" id=\"only-divergent\">") != std::string::npos);
+  CHECK(html.find("#only-divergent:checked+label+#cases details.case-ok{display:none}") != std::string::npos);
+  CHECK(html.find("<details class=\"case case-ok\"><summary>") != std::string::npos);     // collapsed
+  CHECK(html.find("<details class=\"case case-flagged\" open><summary>") != std::string::npos);
+  // error bars on throughput: the fixture's cells ran twice
+  CHECK(html.find("<path class=\"err\"") != std::string::npos);
+  CHECK(junit.find("<property name=\"verdict\" value=\"DIVERGENT: 1 of 2 cases divergent, 1 error, not gated\"/>") !=
+        std::string::npos);
+  CHECK(junit.find("<property name=\"advice.1\" value=\"default: Use batch-invariant kernels") != std::string::npos);
+  // nothing printed beside the measurements without a source
+  for (const std::string* text : {&md, &html, &junit, &term}) CHECK(text->find("published") == std::string::npos);
+  // the chart that shows divergence counts whole cases: integer ticks only
+  const size_t chart = html.find("id=\"chart-divergent-cases\"");
+  const std::string svg = html.substr(chart, html.find("</svg>", chart) - chart);
+  CHECK(svg.find("class=\"yl\">0.5<") == std::string::npos);
+  CHECK(svg.find("class=\"yl\">4<") != std::string::npos);
+  CHECK(svg.find("fill=\"#c0392b\"") != std::string::npos);  // divergent cases in red
+  CHECK(svg.find("fill=\"#1e8449\"") != std::string::npos);  // reproducible ones in green
+  // colours by meaning: red and green are no mode's colour in the other charts
+  const size_t others = html.find("id=\"charts\"");
+  const std::string rest = html.substr(others, html.find("id=\"tradeoff-h\"") - others);
+  CHECK(rest.find("<svg") != std::string::npos);
+  CHECK(rest.find("#c0392b") == std::string::npos);
+  CHECK(rest.find("#1e8449") == std::string::npos);
+}
+
+TEST_CASE("JUnit failures name the factor the divergence follows") {
+  AuditReport r = small_report();
+  r.thresholds.modes.clear();  // gate every mode: default's divergent case fails
+  analyze(r);
+  const std::string junit = to_junit(r);
+  CHECK(junit.find("<failure message=\"explained by batch_size") != std::string::npos);
+  CHECK(junit.find("(each value maps to one cluster); 2 unique of 4") != std::string::npos);
+}
+
+TEST_CASE("Markdown keeps arrows and ampersands readable: no -&gt;") {
+  AuditReport r = small_report();
+  r.prompts["p1"] = "a -> b & c &amp; <i>";
+  r.cases[0].prompt_text = r.prompts["p1"];
+  const std::string md = to_markdown(r);
+  CHECK(md.find("a -> b & c \\&amp; \\<i>") != std::string::npos);
+  CHECK(md.find("-&gt;") == std::string::npos);
+}
+
+TEST_CASE("report.json writes floats with their own shortest digits, and reads the same bits back") {
+  AuditReport r = small_report();
+  Completion& c = r.completions[0];
+  c.logprobs = {-1.2345f, -0.1f, 3.0e-8f, -1e-45f, -123456.78f};
+  // many floats: every bit pattern class (small, large, subnormal, negative), read back bitwise equal
+  uint32_t x = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &x, sizeof f);
+    if (std::isfinite(f)) c.margins.push_back(f);
+  }
+  const std::string text = to_json(r);
+  CHECK(text.find("-1.2345,") != std::string::npos);
+  CHECK(text.find("-1.2345000") == std::string::npos);
+  CHECK(text.find("-0.1,") != std::string::npos);
+  AuditReport back = from_json(text, "test");
+  const Completion& b = back.completions[0];
+  REQUIRE(b.logprobs.size() == c.logprobs.size());
+  CHECK(std::memcmp(b.logprobs.data(), c.logprobs.data(), c.logprobs.size() * sizeof(float)) == 0);
+  REQUIRE(b.margins.size() == c.margins.size());
+  CHECK(std::memcmp(b.margins.data(), c.margins.data(), c.margins.size() * sizeof(float)) == 0);
+  CHECK(verify_report_digest(text));
+}
+
+TEST_CASE("endpoints: divergent tokens shown as the text their logprobs named, not bare ids") {
+  AuditReport r;
+  r.environment = {{"endpoints", {{{"label", "ep"}, {"url", "http://127.0.0.1:9"}, {"api", "chat"},
+                                   {"api_model", "m"}, {"provider", "vllm"}}}}};
+  r.prompts = {{"p", "Once upon a time"}};
+  for (int i = 0; i < 4; ++i) {
+    Completion c;
+    c.prompt_id = "p";
+    c.decoding_id = "greedy";
+    c.mode = "ep";
+    c.batch_size = i < 2 ? 1 : 8;
+    c.repeat = i % 2;
+    c.response_id = "id-" + std::to_string(i);
+    c.tokens = {5, i < 2 ? 7 : 9};
+    c.token_pieces = {" there", i < 2 ? " was" : " lived"};
+    c.text = c.token_pieces[0] + c.token_pieces[1];
+    c.logprobs = {-0.5f, -0.75f};
+    r.completions.push_back(c);
+  }
+  analyze(r);
+  REQUIRE(r.cases.size() == 1);
+  REQUIRE(r.cases[0].clusters.size() == 2);
+  CHECK(r.token_text["7"] == " was");
+  CHECK(r.token_text["9"] == " lived");
+  const std::string label = divergence_label(r, r.cases[0], r.cases[0].clusters[1]);
+  CAPTURE(label);
+  CHECK(label.find("\" was\" (id 7)") != std::string::npos);
+  CHECK(label.find("\" lived\" (id 9)") != std::string::npos);
+  // the pieces survive report.json
+  AuditReport back = from_json(to_json(r), "test");
+  CHECK(back.completions[0].token_pieces == r.completions[0].token_pieces);
+  // and the divergent case gets a curl reproducer for the vLLM endpoint, with the advice to turn on its switch
+  const std::string& cmd = r.cases[0].clusters[0].repro_command;
+  CHECK(cmd.rfind("curl -sS 'http://127.0.0.1:9/v1/chat/completions'", 0) == 0);
+  CHECK(cmd.find("\"Authorization: Bearer $OPENAI_API_KEY\"") != std::string::npos);
+  CHECK(cmd.find("Once upon a time") != std::string::npos);
 }

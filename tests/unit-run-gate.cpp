@@ -55,9 +55,12 @@ void check_verdict(const Run& r, const std::string& verdict, int code) {
   AuditReport rep = load_report((out / "report.json").string());
   CHECK(rep.summary.verdict == verdict);
   std::string md = read_file((out / "report.md").string());
-  CHECK(md.find("**Verdict: " + verdict + "** (exit " + std::to_string(code) + ")") != std::string::npos);
+  CHECK(md.find("**Verdict: " + upper(verdict) + " (gate: ") != std::string::npos);
+  CHECK(md.find("(exit " + std::to_string(code) + ")") != std::string::npos);
+  CHECK(md.find("## What to do") != std::string::npos);
   std::string html = read_file((out / "report.html").string());
-  CHECK(html.find("id=\"verdict\">Verdict: " + upper(verdict) + "<small>") != std::string::npos);
+  CHECK(html.find("id=\"verdict\">Verdict: " + upper(verdict) + " (gate: ") != std::string::npos);
+  CHECK(html.find("id=\"advice\"") != std::string::npos);
   std::string junit = read_file((out / "report.junit.xml").string());
   std::string head = junit.substr(0, junit.find('\n', junit.find("<testsuites")));
   CAPTURE(head);
@@ -85,6 +88,39 @@ TEST_CASE("gate: an endpoint whose output follows concurrency is gated by defaul
   CHECK(rep.summary.modes[0].verdict == "divergent");
   CHECK(rep.summary.modes[0].gate == "fail");
   CHECK(r.out.find("divergent cases:") != std::string::npos);
+  // What to do: the endpoint does not say which engine it is, so both engines' documented switches, each
+  // with its limits and source; and a reproducer per divergent cluster, a curl command with the request
+  // body and the key as a variable reference.
+  CHECK(r.out.find("what to do:") != std::string::npos);
+  bool vllm = false, sglang = false;
+  for (const auto& a : rep.advice) {
+    vllm = vllm || (a.action.find("VLLM_BATCH_INVARIANT=1") != std::string::npos && a.source.find("docs.vllm.ai") != std::string::npos &&
+                    !a.limits.empty());
+    sglang = sglang || (a.action.find("--enable-deterministic-inference") != std::string::npos &&
+                        a.source.find("docs.sglang.io") != std::string::npos && !a.limits.empty());
+  }
+  CHECK(vllm);
+  CHECK(sglang);
+  REQUIRE(!rep.cases.empty());
+  const std::string& cmd = rep.cases[0].clusters.at(0).repro_command;
+  CAPTURE(cmd);
+  CHECK(cmd.rfind("curl -sS '" + s.url(), 0) == 0);
+  CHECK(cmd.find("\"Authorization: Bearer $OPENAI_API_KEY\"") != std::string::npos);
+  CHECK(cmd.find("\"prompt\":") != std::string::npos);
+  CHECK(cmd.find("\"model\":\"m\"") != std::string::npos);
+  const std::string md = read_file((r.dir / "out" / "report.md").string());
+  CHECK(md.find("Send each cluster's first request again") != std::string::npos);
+  CHECK(md.find("curl -sS") != std::string::npos);
+  // JUnit's failure names the factor the divergence follows (or says none explains it).
+  const std::string junit = read_file((r.dir / "out" / "report.junit.xml").string());
+  CHECK((junit.find("<failure message=\"explained by ") != std::string::npos ||
+         junit.find("<failure message=\"no single factor explains") != std::string::npos));
+  // the server returns token ids with logprobs: divergent tokens read as the text the logprobs named
+  CHECK(junit.find("&quot; (id ") != std::string::npos);
+  CHECK(!rep.token_text.empty());
+  // The curl command runs as written and the server answers it (no key needed on loopback).
+  auto sent = test::run_shell("OPENAI_API_KEY=unused " + cmd + " -o /dev/null -w '%{http_code}'");
+  CHECK(sent.output.find("200") != std::string::npos);
 }
 
 TEST_CASE("gate: 4 different outputs of 4 with --max-divergent 0 --min-tarr 1: DIVERGENT, exit 1") {

@@ -113,7 +113,10 @@ TEST_CASE("run --endpoint: two endpoints side by side; default-mode serving is m
     CHECK(text.find(fp + " x") != std::string::npos);    // the fingerprint with its count
     CHECK(text.find("probe only") != std::string::npos);
     CHECK(text.find("whole batch") == std::string::npos);  // no endpoint row claims the whole batch
-    CHECK(text.find("token-weighted over concurrency levels (concurrency 1: ") != std::string::npos);
+    CHECK(text.find("; per level: concurrency 1: ") != std::string::npos);
+    // endpoints run at concurrency levels, not batch sizes: the throughput table and charts say so
+    CHECK((text.find("<th>concurrency</th>") != std::string::npos || text.find("| mode | concurrency |") != std::string::npos));
+    if (std::string(name) == "report.html") CHECK(text.find("Throughput per concurrency level") != std::string::npos);
     CHECK(text.find("tokens/s only, the fillers that load the server are not counted") != std::string::npos);
   }
   MESSAGE("default-mode server: " << rep.summary.modes[1].mode << " mean unique " << rep.summary.modes[1].mean_unique);

@@ -73,7 +73,8 @@ TEST_CASE("run with no arguments: quick profile on the embedded model, all repor
     CHECK(text.find("stories260K") != std::string::npos);
     CHECK(text.find(rep.environment["model"]["sha256"].get<std::string>()) != std::string::npos);
     CHECK(text.find("OpenBLAS") != std::string::npos);
-    CHECK(text.find("token-weighted over batch sizes (batch 1: ") != std::string::npos);
+    CHECK(text.find("the throughput of default (mean ± sd over ") != std::string::npos);  // one ratio definition, with spread
+    CHECK(text.find("; per batch size: batch 1: ") != std::string::npos);
     CHECK(std::none_of(text.begin(), text.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 && ch != '\n'; }));
   }
   for (const auto& t : rep.throughput) {
@@ -159,10 +160,10 @@ TEST_CASE("run: the gate fails (exit 1) when a gated mode diverges, and --baseli
   CHECK(rd.baseline->report_sha256.size() == 64);
   CHECK(rd.baseline->changes.size() == 4);  // one case removed, one added, at each of the two precisions
   std::string md = read_file((dir / "d" / "report.md").string());
-  CHECK(md.find("**Verdict: drift** (exit 1)") != std::string::npos);
+  CHECK(md.find("**Verdict: DRIFT (gate: every mode)** (exit 1)") != std::string::npos);
   CHECK(md.find("## Baseline") != std::string::npos);
   std::string html = read_file((dir / "d" / "report.html").string());
-  CHECK(html.find("Verdict: DRIFT<small>") != std::string::npos);
+  CHECK(html.find("Verdict: DRIFT (gate: every mode)<small>") != std::string::npos);
   CHECK(html.find("id=\"baseline\"") != std::string::npos);
   std::string junit = read_file((dir / "d" / "report.junit.xml").string());
   CHECK(junit.find("<testsuites name=\"repro-audit\" tests=\"3\" failures=\"1\" errors=\"0\">") != std::string::npos);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "repro/audit/analysis.hpp"
+#include "repro/audit/tradeoff.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/report/report.hpp"
 
@@ -284,8 +285,10 @@ TextTable endpoint_table(const AuditReport& r) {
 
 TextTable throughput_table(const AuditReport& r) {
   TextTable t;
-  t.head = {"mode", "batch size", "measures", "tokens", "seconds", "tokens/s", "runs", "per run: mean ± sd",
-            "min-max", "vs default"};
+  bool all_endpoints = !r.throughput.empty();
+  for (const auto& row : r.throughput) all_endpoints = all_endpoints && is_endpoint(r, row.mode, row.precision);
+  t.head = {"mode", all_endpoints ? "concurrency" : "batch size", "measures", "tokens", "seconds", "tokens/s", "runs",
+            "per run: mean ± sd", "min-max", "vs " + speed_baseline(r) + " (mean ± sd over cells)"};
   for (const auto& row : r.throughput) {
     bool ep = is_endpoint(r, row.mode, row.precision);
     bool noisy = row.runs > 1 && row.mean_tokens_per_s > 0 && row.stddev_tokens_per_s / row.mean_tokens_per_s > kNoisyCv;
@@ -298,29 +301,35 @@ TextTable throughput_table(const AuditReport& r) {
          : row.runs == 1 ? fmt::format("{:.1f}", row.mean_tokens_per_s)
                          : "-",
          row.runs > 0 ? fmt::format("{:.1f}-{:.1f}", row.min_tokens_per_s, row.max_tokens_per_s) : "-",
-         row.ratio_vs_default ? fmt_ratio(*row.ratio_vs_default) : "-"});
+         row.ratio_vs_default ? fmt::format("{:.2f}x ±{:.2f}", *row.ratio_vs_default, row.ratio_sd.value_or(0))
+                              : "not measured"});
   }
   return t;
 }
 
 std::vector<std::string> throughput_cost_lines(const AuditReport& r) {
+  // One ratio definition everywhere (repro/audit/tradeoff.hpp): per cell against the baseline's mean in
+  // the same context; mean ± sd over the mode's cells, then per batch size (concurrency level).
   std::vector<std::string> out;
-  std::string base;
-  for (const auto& row : r.throughput)
-    if (row.mode == "default") base = "default";
-  if (base.empty() && !r.throughput.empty()) base = r.throughput[0].mode;
+  const std::string base = speed_baseline(r);
   for (const auto& m : r.summary.modes) {
-    if (m.mode == base || !m.throughput_ratio) continue;
+    if (m.mode == base) continue;
+    const bool ep = is_endpoint(r, m.mode, m.precision);
+    if (!m.throughput_ratio || m.throughput_ratio_n == 0) {
+      out.push_back(fmt::format("{}: throughput against {} not measured ({} did not run in the same contexts)",
+                                mode_label(m.mode, m.precision), base, base));
+      continue;
+    }
     std::vector<std::string> per;
     for (const auto& row : r.throughput)
       if (row.mode == m.mode && row.precision == m.precision && row.ratio_vs_default)
-        per.push_back(fmt::format("{}{}: {}", per.empty() ? (is_endpoint(r, m.mode, m.precision) ? "concurrency " : "batch ") : "",
-                                  row.batch_size, fmt_ratio(*row.ratio_vs_default)));
+        per.push_back(fmt::format("{}{}: {:.2f}x ±{:.2f}", per.empty() ? (ep ? "concurrency " : "batch ") : "",
+                                  row.batch_size, *row.ratio_vs_default, row.ratio_sd.value_or(0)));
     std::string list = join(per);
-    const bool ep = is_endpoint(r, m.mode, m.precision);
-    out.push_back(fmt::format("{}: {} the throughput of {}, token-weighted over {}{}{}", mode_label(m.mode, m.precision),
-                              fmt_ratio(*m.throughput_ratio), base, ep ? "concurrency levels" : "batch sizes",
-                              list.empty() ? "" : " (" + list + ")",
+    out.push_back(fmt::format("{}: {:.2f}x ±{:.2f} the throughput of {} (mean ± sd over {} cells, each against the "
+                              "mean of {} in the same context){}{}",
+                              mode_label(m.mode, m.precision), *m.throughput_ratio, m.throughput_ratio_sd.value_or(0),
+                              base, m.throughput_ratio_n, base, list.empty() ? "" : "; per " + std::string(ep ? "level" : "batch size") + ": " + list,
                               ep ? "; probe requests' tokens/s only, the fillers that load the server are not counted"
                                  : ""));
   }

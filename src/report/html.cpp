@@ -40,7 +40,10 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-const char* kPalette[] = {"#c0392b", "#1e8449", "#2471a3", "#d68910", "#7d3c98", "#566573", "#17a589", "#a04000"};
+// Mode colours: red and green are kept for meaning (divergent, reproducible), never a mode's colour.
+const char* kPalette[] = {"#2471a3", "#7d3c98", "#d68910", "#566573", "#5dade2", "#af7ac5", "#b9770e", "#34495e"};
+const char* kBad = "#c0392b";
+const char* kGood = "#1e8449";
 
 // Every mode / endpoint label of the report, in one order: its index picks its colour in every chart.
 std::vector<std::string> modes_of(const AuditReport& r) {
@@ -53,6 +56,14 @@ std::vector<std::string> modes_of(const AuditReport& r) {
   for (const auto& t : r.throughput) add(mode_label(t.mode, t.precision));
   return m;
 }
+
+// Every mode of the report is an endpoint: contexts are concurrency levels, not batch sizes.
+bool remote_only(const AuditReport& r) {
+  const auto& env = r.environment;
+  return env.is_object() && env.contains("endpoints") && env["endpoints"].is_array() && !env["endpoints"].empty();
+}
+std::string context_word(const AuditReport& r) { return remote_only(r) ? "concurrency level" : "batch size"; }
+std::string context_axis(const AuditReport& r) { return remote_only(r) ? "concurrency" : "batch size"; }
 
 const char* colour_of(const AuditReport& r, const std::string& label) {
   auto m = modes_of(r);
@@ -67,6 +78,7 @@ struct Series {
   std::vector<double> values;  // one per category
   const char* colour = "#566573";
   std::vector<double> inner;   // optional, one per category
+  std::vector<double> err;     // optional, one per category: an error bar of ± this around the value
 };
 
 // Labels of the ticks 0, top/4, ..., top: the fewest digits that write each tick exactly (so no two
@@ -111,9 +123,10 @@ bool has_data(const std::vector<std::string>& cats, const std::vector<Series>& s
   return false;
 }
 
+// `counts`: the axis counts things (cases, completions): integer ticks only.
 std::string bar_chart(const std::string& id, const std::string& title, const std::string& xlabel,
                       const std::string& ylabel, const std::vector<std::string>& cats, const std::vector<Series>& series,
-                      bool percent = false, const std::string& note = "") {
+                      bool percent = false, const std::string& note = "", bool counts = false) {
   // the legend: one entry per series, wrapped onto as many lines as it needs above the plot
   const double W = 620, L = 64, R = 16, B = 48;
   std::vector<std::pair<double, double>> legend_at;  // x, y of each entry
@@ -127,13 +140,15 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
   const double T = ly + 18, H = T + 188 + B;
   double maxv = 0;
   for (const auto& s : series)
-    for (double v : s.values)
-      if (std::isfinite(v)) maxv = std::max(maxv, v);
+    for (size_t i = 0; i < s.values.size(); ++i)
+      if (std::isfinite(s.values[i]))
+        maxv = std::max(maxv, s.values[i] + (i < s.err.size() && std::isfinite(s.err[i]) ? s.err[i] : 0.0));
   if (maxv <= 0) maxv = 1;
   // a "nice" axis maximum: 1, 2 or 5 times a power of ten
   double p = std::pow(10.0, std::floor(std::log10(maxv)));
   double top = maxv <= p ? p : maxv <= 2 * p ? 2 * p : maxv <= 5 * p ? 5 * p : 10 * p;
   if (percent) top = std::min(top, 1.0);
+  if (counts) top = 4 * std::ceil(std::max(maxv, 1.0) / 4);  // four equal steps of whole numbers
   std::string o = fmt::format(
       "<figure class=\"chart\" id=\"{4}\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" "
       "height=\"{1}\" role=\"img\" aria-label=\"{2}\">\n<text x=\"{3}\" y=\"18\" class=\"ct\">{2}</text>\n",
@@ -166,6 +181,13 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>{}</title></rect>", x,
           T + ph - h, std::max(bw - 1, 1.0), std::max(h, 0.5), series[s].colour, two ? " fill-opacity=\"0.35\"" : "",
           esc(tip));
+      if (c < series[s].err.size() && std::isfinite(series[s].err[c]) && series[s].err[c] > 0) {
+        const double e = series[s].err[c], cx = x + std::max(bw - 1, 1.0) / 2;
+        const double y1 = T + ph - ph * std::min(v + e, top) / top, y2 = T + ph - ph * std::max(v - e, 0.0) / top;
+        o += fmt::format("<path class=\"err\" d=\"M{0:.1f} {1:.1f}V{2:.1f}M{3:.1f} {1:.1f}H{4:.1f}M{3:.1f} {2:.1f}H{4:.1f}\">"
+                         "<title>{5}: ± {6}</title></path>",
+                         cx, y1, y2, cx - 3, cx + 3, esc(series[s].name + " @ " + cats[c]), value_text(e, percent));
+      }
       if (two && std::isfinite(in) && in > 0) {
         double hi = ph * std::min(in, top) / top;
         o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}</title></rect>",
@@ -190,6 +212,28 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
 // A chart with nothing to draw is not drawn: one line says so instead of an empty panel.
 std::string omitted(const std::string& what) { return "<p class=\"meta nochart\">" + esc(what) + "</p>\n"; }
 
+// The first chart: per mode (endpoint), its divergent cases (red) beside its reproducible ones (green),
+// so a mode that diverged shows at a glance, whatever the gate covers.
+std::string chart_divergent_cases(const AuditReport& r) {
+  std::vector<std::string> cats;
+  Series div{"divergent cases", {}, kBad, {}, {}}, ok{"reproducible cases", {}, kGood, {}, {}};
+  for (const auto& m : r.summary.modes) {
+    if (m.cases == 0) continue;
+    cats.push_back(mode_label(m.mode, m.precision) + (m.gated ? "" : " (not gated)"));
+    div.values.push_back(m.divergent_cases);
+    int good = 0;
+    for (const auto& c : r.cases)
+      if (c.mode == m.mode && c.precision == m.precision && c.n > 0 && !c.divergent) ++good;
+    ok.values.push_back(good);
+  }
+  if (!has_data(cats, {div, ok})) return omitted("Divergent cases per mode: no case ran.");
+  return bar_chart("chart-divergent-cases", "Divergent cases per mode", remote_only(r) ? "endpoint" : "mode (precision)",
+                   "cases", cats, {div, ok}, false,
+                   "Red: cases whose completions differ (more than one unique output); green: cases whose N "
+                   "completions are identical.",
+                   true);
+}
+
 std::string chart_unique(const AuditReport& r) {
   auto pts = unique_by_batch(r);
   std::vector<int> bs;
@@ -200,15 +244,15 @@ std::string chart_unique(const AuditReport& r) {
   for (int b : bs) cats.push_back(std::to_string(b));
   std::vector<Series> ser;
   for (const auto& m : modes_of(r)) {
-    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}};
+    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}, {}};
     bool any = false;
     for (const auto& p : pts)
       if (p.mode == m) s.values[std::find(bs.begin(), bs.end(), p.batch_size) - bs.begin()] = p.mean_unique, any = true;
     if (any) ser.push_back(s);
   }
   if (!has_data(cats, ser)) return omitted("Unique completions per batch size: no completions to chart.");
-  return bar_chart("chart-unique", "Unique completions per batch size (mean over cases)",
-                   "batch size (concurrency for endpoints)", "unique completions", cats, ser);
+  return bar_chart("chart-unique", "Unique completions within each " + context_word(r) + " (mean over cases)",
+                   context_axis(r), "unique completions", cats, ser);
 }
 
 std::string chart_divergence(const AuditReport& r) {
@@ -227,7 +271,7 @@ std::string chart_divergence(const AuditReport& r) {
   std::vector<Series> ser;
   bool any_text = false;
   for (const auto& m : modes_of(r)) {
-    Series s{m, std::vector<double>(nb, 0.0), colour_of(r, m), {}};
+    Series s{m, std::vector<double>(nb, 0.0), colour_of(r, m), {}, {}};
     bool any = false;
     for (const auto& c : r.cases) {
       if (mode_label(c.mode, c.precision) != m) continue;
@@ -243,7 +287,7 @@ std::string chart_divergence(const AuditReport& r) {
   return bar_chart("chart-divergence", "Where completions first diverge from the majority",
                    any_text ? "first divergence (token index; char offset where ids are unknown)"
                             : "first divergence (token index)",
-                   "divergent completions", cats, ser);
+                   "divergent completions", cats, ser, false, "", true);
 }
 
 // Per factor (batch size, position, ...): the share of completions differing from the case's reference
@@ -271,7 +315,7 @@ std::string chart_drift_factors(const AuditReport& r) {
       for (const auto& f : m.drift_size.factors) {
         if (f.factor != factor) continue;
         std::string label = mode_label(m.mode, m.precision);
-        Series s{label, std::vector<double>(cats.size(), NAN), colour_of(r, label), std::vector<double>(cats.size(), NAN)};
+        Series s{label, std::vector<double>(cats.size(), NAN), colour_of(r, label), std::vector<double>(cats.size(), NAN), {}};
         for (size_t i = 0; i < f.values.size(); ++i) {
           if (f.n[i] <= 0) continue;
           size_t c = static_cast<size_t>(std::find(cats.begin(), cats.end(), f.values[i]) - cats.begin());
@@ -306,15 +350,19 @@ std::string chart_throughput(const AuditReport& r) {
     bool any = false;
     for (const auto& t : r.throughput) any = any || mode_label(t.mode, t.precision) == m;
     if (!any) continue;
-    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}};
+    Series s{m, std::vector<double>(bs.size(), NAN), colour_of(r, m), {}, {}};
     for (const auto& t : r.throughput)
       if (mode_label(t.mode, t.precision) == m)
         s.values[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.tokens_per_s;
+    s.err.assign(bs.size(), NAN);
+    for (const auto& t : r.throughput)
+      if (mode_label(t.mode, t.precision) == m && t.runs > 1)
+        s.err[std::find(bs.begin(), bs.end(), t.batch_size) - bs.begin()] = t.stddev_tokens_per_s;
     ser.push_back(s);
   }
-  if (!has_data(cats, ser)) return omitted("Throughput per batch size: nothing was measured.");
-  return bar_chart("chart-throughput", "Throughput per batch size", "batch size (concurrency for endpoints)",
-                   "generated tokens/s", cats, ser);
+  if (!has_data(cats, ser)) return omitted("Throughput per " + context_word(r) + ": nothing was measured.");
+  return bar_chart("chart-throughput", "Throughput per " + context_word(r), context_axis(r), "generated tokens/s", cats,
+                   ser, false, "Error bars: ± one standard deviation of the cell's runs (where it ran more than once).");
 }
 
 // The cluster's text with everything from the first divergence on highlighted.
@@ -331,7 +379,7 @@ const char* kCss = R"(body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Rob
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d5d8dc;padding-bottom:4px}
 .verdict{padding:14px 18px;border-radius:8px;font-size:20px;font-weight:700;color:#fff}
 .verdict small{display:block;font-size:14px;font-weight:400;margin-top:4px}
-.v-reproducible{background:#1e8449}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-drift{background:#7d3c98}.v-unverified{background:#b7950b}.v-interrupted,.v-unknown{background:#566573}
+.v-reproducible{background:#1e8449}.v-mixed{background:#9a7d0a}.v-divergent{background:#c0392b}.v-errors{background:#a04000}.v-drift{background:#7d3c98}.v-unverified{background:#b7950b}.v-interrupted,.v-unknown{background:#566573}
 .meta{color:#566573;font-size:13px;margin:8px 0}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:14px}th,td{border:1px solid #d5d8dc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -342,6 +390,12 @@ th{background:#f2f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 details{border:1px solid #d5d8dc;border-radius:6px;margin:6px 0;padding:4px 10px}summary{cursor:pointer;font-weight:600}
 .txt{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;max-height:12em;overflow:auto}
 mark{background:#f9d0c4;color:#78281f}code{font-size:12px}figcaption{font-size:12px;color:#566573;max-width:600px}
+.first{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start;margin-top:10px}.firstcol{flex:1 1 420px;min-width:0}
+.firstchart{flex:0 1 640px;min-width:0}.firstchart svg{max-width:100%;height:auto}
+#mode-verdicts{margin:0;padding-left:18px}#advice{padding-left:22px;margin:4px 0}#advice li{margin:4px 0}
+#what-to-do{margin-top:12px}#toc{font-size:14px;margin:10px 0;padding:6px 10px;background:#f2f4f4;border-radius:6px}
+table{display:block;max-width:100%;overflow-x:auto}pre{max-width:100%;overflow-x:auto}.err{stroke:#1c2833;stroke-width:1.2;fill:none}
+#only-divergent:checked+label+#cases details.case-ok{display:none}
 )";
 
 
@@ -361,7 +415,7 @@ std::string html_drift_sections(const AuditReport& r) {
   std::string o = "<ul id=\"findings\">\n";
   for (const auto& m : r.summary.modes)
     if (!m.drift_size.finding.empty()) o += "<li><b>Finding:</b> " + esc(m.drift_size.finding) + "</li>\n";
-  o += "</ul>\n<h2>Size of the drift against the reference context</h2>\n";
+  o += "</ul>\n<h2 id=\"drift-h\">Size of the drift against the reference context</h2>\n";
   o += html_table(drift_mode_table(r), "drift");
   auto factors = drift_factor_tables(r);
   if (!factors.empty()) {
@@ -372,7 +426,7 @@ std::string html_drift_sections(const AuditReport& r) {
 }
 
 std::string html_environment(const AuditReport& r) {
-  std::string o = "<h2>Environment</h2>\n<table id=\"environment\">\n";
+  std::string o = "<h2 id=\"environment-h\">Environment</h2>\n<table id=\"environment\">\n";
   auto rows = environment_rows(r);
   for (const auto& [what, value] : rows) o += "<tr><th>" + esc(what) + "</th><td>" + esc(value) + "</td></tr>\n";
   if (rows.empty()) o += "<tr><td>not recorded</td></tr>\n";
@@ -426,7 +480,7 @@ std::string html_variant_sections(const AuditReport& r) {
 }
 
 std::string html_glossary(const AuditReport& r) {
-  std::string o = "<h2>Glossary</h2>\n<dl id=\"glossary\">\n";
+  std::string o = "<h2 id=\"glossary-h\">Glossary</h2>\n<dl id=\"glossary\">\n";
   for (const auto& [term, def] : glossary(r)) o += "<dt>" + esc(term) + "</dt><dd>" + esc(def) + "</dd>\n";
   return o + "</dl>\n";
 }
@@ -444,35 +498,47 @@ std::string to_html(const AuditReport& r) {
   o += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n";
   o += fmt::format("<title>repro-audit report: {}</title>\n<style>\n{}</style>\n</head>\n<body>\n", esc(vu), kCss);
   o += "<h1>repro-audit determinism report</h1>\n";
-  o += fmt::format("<div class=\"verdict v-{}\" id=\"verdict\">Verdict: {}<small>{} of {} cases divergent &middot; at "
+  // ---- the first screen: the verdict per mode, the gate, what to do, and the chart that shows divergence
+  const VerdictBanner banner = verdict_banner(r);
+  o += fmt::format("<div class=\"verdict v-{}{}\" id=\"verdict\">{}<small>{} of {} cases divergent &middot; at "
                    "most {} unique completions per case &middot; {} completions &middot; {} errors &middot; exit {}</small></div>\n",
-                   esc(verdict), esc(vu), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors,
-                   exit_code_for(r));
+                   esc(verdict), banner.mixed ? " v-mixed" : "", esc(banner.title), s.divergent_cases, s.cases,
+                   s.max_unique, s.completions, s.errors, exit_code_for(r));
   if (std::string why = verdict_cause(r); !why.empty()) o += "<p class=\"bad\" id=\"why\">" + esc(why) + "</p>\n";
   if (s.interrupted) o += "<p class=\"bad\">The run was interrupted: this report covers what finished.</p>\n";
   if (std::string note = model_switch_note(r.environment); !note.empty())
     o += "<p class=\"bad\" id=\"model-switch\">Note: " + esc(note) + "</p>\n";
+  o += "<div class=\"first\">\n<section class=\"firstcol\">\n<ul id=\"mode-verdicts\">\n";
+  for (const auto& m : banner.modes)
+    o += fmt::format("<li class=\"{}\"><b>{}</b>: {} &middot; {}</li>\n", m.good ? "good" : "bad", esc(m.label),
+                     esc(m.verdict), esc(m.detail));
+  o += "</ul>\n<p id=\"gate\">" + esc(banner.gate) + "</p>\n";
+  o += "<h2 id=\"what-to-do\">What to do</h2>\n<ol id=\"advice\">\n";
+  for (const auto& a : r.advice) {
+    auto lines = advice_lines(a);
+    o += "<li><b>" + esc(lines[0]) + "</b>";
+    for (size_t i = 1; i < lines.size(); ++i) o += "<br><span class=\"meta\">" + esc(lines[i]) + "</span>";
+    o += "</li>\n";
+  }
+  if (r.advice.empty()) o += "<li>not computed (a report written before advice was recorded)</li>\n";
+  o += "</ol>\n</section>\n<section class=\"firstchart\">\n" + chart_divergent_cases(r) + "</section>\n</div>\n";
+  o += "<nav id=\"toc\"><b>Contents:</b> <a href=\"#what-to-do\">What to do</a> &middot; <a href=\"#per-mode\">Per "
+       "mode</a> &middot; <a href=\"#charts\">Charts</a> &middot; <a href=\"#tradeoff-h\">Trade-off</a> &middot; <a "
+       "href=\"#drift-h\">Drift and its factors</a>";
+  if (!r.throughput.empty()) o += " &middot; <a href=\"#throughput-h\">Throughput</a>";
+  o += " &middot; <a href=\"#environment-h\">Environment</a> &middot; <a href=\"#cases-h\">Cases</a> &middot; <a "
+       "href=\"#glossary-h\">Glossary</a></nav>\n";
   o += fmt::format("<p class=\"meta\">schema {}", esc(kReportSchema));
   if (!r.profile.empty()) o += " &middot; profile " + esc(r.profile);
   if (!r.created.empty()) o += " &middot; created " + esc(r.created);
-  o += fmt::format(" &middot; gate per mode: at most {} divergent cases, TARr@N &ge; {}", r.thresholds.max_divergent,
-                   fmt_percent(r.thresholds.min_tarr));
-  if (!r.thresholds.modes.empty()) {
-    o += " (gated modes:";
-    for (const auto& m : r.thresholds.modes) {
-      o += ' ';
-      o += esc(m);
-    }
-    o += ")";
-  }
   if (!r.answer_regex.empty()) o += " &middot; answer regex <code>" + esc(r.answer_regex) + "</code>";
   if (!r.answer_json_path.empty()) o += " &middot; answer JSON path <code>" + esc(r.answer_json_path) + "</code>";
   o += "</p>\n";
 
   // ---- headline
-  o += "<h2>Reproducibility and its cost, per mode</h2>\n<table id=\"headline\"><tr><th>mode</th><th>cases</th>"
+  o += "<h2 id=\"per-mode\">Reproducibility and its cost, per mode</h2>\n<table id=\"headline\"><tr><th>mode</th><th>cases</th>"
        "<th>TARr@N</th><th>mean unique</th><th>bit-divergent</th><th>divergent cases</th><th>max |dlogprob|</th>"
-       "<th>tokens &ne; reference</th><th>throughput vs default</th><th>errors</th><th>failed requests</th>"
+       "<th>tokens &ne; reference</th><th>throughput vs default (mean &plusmn;sd, n cells)</th><th>errors</th><th>failed requests</th>"
        "<th>verdict</th><th>gate</th></tr>\n";
   for (const auto& m : s.modes) {
     o += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n {}\">{}</td><td class=\"n\">{:.2f}</td>"
@@ -482,15 +548,20 @@ std::string to_html(const AuditReport& r) {
                      esc(mode_label(m.mode, m.precision)), m.cases, m.tarr_rate >= 1.0 ? "good" : "bad", fmt_percent(m.tarr_rate), m.mean_unique,
                      fmt_percent(m.bit_divergent_share), m.divergent_cases, esc(fmt_dlogprob(m.drift_size.max_dlogprob)),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
-                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "&ndash;", m.errors, m.failed_requests,
+                     esc(mode_speed_text(m)), m.errors, m.failed_requests,
                      m.requests, fmt_percent(m.error_rate), m.verdict == "reproducible" ? "good" : "bad",
                      esc(m.verdict), m.gate == "pass" ? "good" : m.gate == "fail" ? "bad" : "", esc(m.gate));
   }
   o += "</table>\n";
-  o += "<h2>Trade-off: approaches to reproducibility, measured in this run</h2>\n<p class=\"meta\">Throughput is "
-       "each cell's tokens/s (probe and batch mates) relative to default greedy's mean in the same context; "
-       "reproducibility is over the approach's cases on the same prompts. The published estimates are for "
-       "comparison only; rows this run did not include are not measured.</p>\n";
+  // ---- charts, above every attribution table
+  o += "<h2 id=\"charts\">Charts</h2>\n<div class=\"charts\">\n";
+  o += chart_unique(r);
+  o += chart_divergence(r);
+  o += chart_drift_factors(r);
+  o += chart_throughput(r);
+  o += "</div>\n";
+  o += "<h2 id=\"tradeoff-h\">Trade-off: approaches to reproducibility, measured in this run</h2>\n<p class=\"meta\">" +
+       esc(tradeoff_intro()) + "</p>\n";
   o += html_table(tradeoff_table(r), "tradeoff");
   o += html_drift_sections(r);
   o += html_structured_sections(r);
@@ -523,16 +594,9 @@ std::string to_html(const AuditReport& r) {
     }
   }
 
-  // ---- charts
-  o += "<h2>Charts</h2>\n<div class=\"charts\">\n";
-  o += chart_unique(r);
-  o += chart_divergence(r);
-  o += chart_drift_factors(r);
-  o += chart_throughput(r);
-  o += "</div>\n";
 
   if (!r.throughput.empty()) {
-    o += "<h2>Throughput</h2>\n<ul id=\"cost\">\n";
+    o += "<h2 id=\"throughput-h\">Throughput</h2>\n<ul id=\"cost\">\n";
     for (const auto& line : throughput_cost_lines(r)) o += "<li>" + esc(line) + "</li>\n";
     o += "</ul>\n" + html_table(throughput_table(r), "throughput");
     o += fmt::format("<p class=\"meta\">tokens/s = tokens / seconds over the cell; &ldquo;per run&rdquo; = the statistics "
@@ -561,13 +625,15 @@ std::string to_html(const AuditReport& r) {
     o += "</table>\n";
   }
 
-  // ---- cases
-  o += "<h2>Cases</h2>\n";
+  // ---- cases: reproducible ones collapsed; a checkbox (CSS only, the page runs no script) hides them
+  o += "<h2 id=\"cases-h\">Cases</h2>\n<input type=\"checkbox\" id=\"only-divergent\"><label for=\"only-divergent\"> "
+       "show only divergent cases (and cases without completions)</label>\n<div id=\"cases\">\n";
   for (const auto& c : r.cases) {
     std::string state = case_verdict(c);
-    o += fmt::format("<details{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
+    o += fmt::format("<details class=\"case {}\"{}><summary><span class=\"{}\">{}</span> &middot; {} &middot; {} &middot; {} &middot; "
                      "{} unique of {}</summary>\n",
-                     c.divergent || c.n == 0 ? " open" : "", c.divergent || c.n == 0 ? "bad" : "good", esc(state),
+                     c.divergent || c.n == 0 ? "case-flagged" : "case-ok", c.divergent || c.n == 0 ? " open" : "",
+                     c.divergent || c.n == 0 ? "bad" : "good", esc(state),
                      esc(prompt_snippet(r, c.prompt_id)), esc(c.decoding_id), esc(mode_label(c.mode, c.precision)),
                      c.unique, c.n);
     if (!c.prompt_text.empty())
@@ -601,8 +667,7 @@ std::string to_html(const AuditReport& r) {
         cmds += fmt::format("# c{}{}\n{}\n", i + 1, c.clusters[i].majority ? " (majority)" : "",
                             esc(c.clusters[i].repro_command));
     if (!cmds.empty())
-      o += "<p>Reproduce each cluster's first completion alone (token ids, logprobs and the final-logits hash with "
-           "--json):</p><pre class=\"repro\">" + cmds + "</pre>\n";
+      o += "<p>" + esc(repro_intro(c)) + "</p><pre class=\"repro\">" + cmds + "</pre>\n";
     for (const auto& f : c.factors) {
       o += fmt::format("<table><tr><th>{}{}</th>", esc(f.factor), f.explains ? " (explains)" : "");
       for (size_t i = 0; i < c.clusters.size(); ++i) o += fmt::format("<th>c{}</th>", i + 1);
@@ -616,6 +681,7 @@ std::string to_html(const AuditReport& r) {
     }
     o += "</details>\n";
   }
+  o += "</div>\n";
   o += html_glossary(r);
   o += "</body>\n</html>\n";
   return o;

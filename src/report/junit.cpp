@@ -7,6 +7,7 @@
 
 #include "repro/audit/stats.hpp"
 #include "repro/audit/cobatch.hpp"
+#include "repro/audit/response_cache.hpp"
 #include "repro/report/report.hpp"
 
 namespace repro {
@@ -63,6 +64,7 @@ std::string to_junit(const AuditReport& r) {
 
   int tests = 0, failures = 0, errors = 0;
   std::string body;
+  const VerdictBanner banner = verdict_banner(r);
   for (const auto& m : modes) {
     int t = 0, f = 0, e = 0, sk = 0;
     double suite_time = 0;
@@ -80,6 +82,13 @@ std::string to_junit(const AuditReport& r) {
         cases += fmt::format(">\n      <error message=\"{}\" type=\"no-completions\"/>\n    </testcase>\n", xml(summary));
       } else if (c.failed) {
         ++f;
+        // the factor the divergence follows, so the CI log says why, not only that
+        std::string follows;
+        for (const auto& fa : c.factors)
+          if (fa.explains) follows += (follows.empty() ? "" : ", ") + fa.factor;
+        summary = (follows.empty() ? "no single factor explains the clusters"
+                                   : "explained by " + follows + " (each value maps to one cluster)") +
+                  "; " + summary;
         std::string detail;
         for (size_t i = 0; i < c.clusters.size(); ++i)
           detail += fmt::format("c{} x{} {}: {}\n", i + 1, c.clusters[i].count, c.clusters[i].hash,
@@ -110,23 +119,32 @@ std::string to_junit(const AuditReport& r) {
       if (suite(ms.mode, ms.precision) != m || ms.verdict != "unverified") continue;
       ++t;
       const EndpointEvidence* ev = find_evidence(r, ms.mode);
-      const std::string why = ev ? ev->finding : std::string(kUnverifiedWhy);
+      const bool cache = (!ev || ev->verified) && ms.response_cache && cache_confirmed(*ms.response_cache);
+      const std::string why = cache ? ms.response_cache->finding : ev ? ev->finding : std::string(kUnverifiedWhy);
       if (ms.gated) {
         ++f;
-        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"co-batching\" time=\"0.000\">\n"
+        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"{}\" time=\"0.000\">\n"
                              "      <failure message=\"{}\" type=\"unverified\"/>\n    </testcase>\n",
-                             xml(m), xml("UNVERIFIED: " + why));
+                             xml(m), cache ? "response cache" : "co-batching", xml("UNVERIFIED: " + why));
       } else {
         ++sk;
-        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"co-batching\" time=\"0.000\">\n"
+        cases += fmt::format("    <testcase classname=\"repro-audit.{}\" name=\"{}\" time=\"0.000\">\n"
                              "      <skipped message=\"{}\"/>\n    </testcase>\n",
-                             xml(m), xml("UNVERIFIED: " + why));
+                             xml(m), cache ? "response cache" : "co-batching", xml("UNVERIFIED: " + why));
       }
     }
     body += fmt::format(
         "  <testsuite name=\"repro-audit.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" "
         "skipped=\"{}\" time=\"{:.3f}\">\n",
         xml(m), t, f, e, sk, suite_time);
+    // The mode's own verdict and what the gate covers (the banner of every format, src/report/summary_text.cpp).
+    for (size_t i = 0; i < banner.modes.size() && i < r.summary.modes.size(); ++i) {
+      if (suite(r.summary.modes[i].mode, r.summary.modes[i].precision) != m) continue;
+      const BannerMode& bm = banner.modes[i];
+      body += fmt::format("    <properties>\n      <property name=\"verdict\" value=\"{}\"/>\n      <property "
+                          "name=\"gate\" value=\"{}\"/>\n    </properties>\n",
+                          xml(bm.verdict + ": " + bm.detail), xml(banner.gate));
+    }
     // Structured output (plan with a JSON Schema): the mode's schema-valid rate and JSON agreement,
     // after validation with retry and before, as properties (measurements, not tests).
     for (const auto& ms : r.summary.modes) {
@@ -161,6 +179,16 @@ std::string to_junit(const AuditReport& r) {
     body += cases;
     body += "  </testsuite>\n";
     tests += t, failures += f, errors += e;
+  }
+  if (!r.advice.empty()) {  // what to do (src/audit/advice.cpp), as properties: advice, not tests
+    body += "  <testsuite name=\"repro-audit.advice\" tests=\"0\" failures=\"0\" errors=\"0\" skipped=\"0\" "
+            "time=\"0.000\">\n    <properties>\n";
+    for (size_t i = 0; i < r.advice.size(); ++i) {
+      std::string text;
+      for (const auto& l : advice_lines(r.advice[i])) text += (text.empty() ? "" : "; ") + l;
+      body += fmt::format("      <property name=\"advice.{}\" value=\"{}\"/>\n", i + 1, xml(text));
+    }
+    body += "    </properties>\n  </testsuite>\n";
   }
   if (!r.tradeoff.empty()) {  // the trade-off table as properties of a suite without testcases: measurements, not tests
     body += "  <testsuite name=\"repro-audit.tradeoff\" tests=\"0\" failures=\"0\" errors=\"0\" skipped=\"0\" "

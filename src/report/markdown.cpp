@@ -36,9 +36,12 @@ std::string cell(const std::string& s, size_t max_bytes = 0) {
       case '`': out += "\\`"; break;
       case '*': out += "\\*"; break;
       case '_': out += "\\_"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
+      // '<' could open an HTML tag and '&' an entity: backslash escapes, which render as the character
+      // itself and read as text in the file ("a -> b" stays as written)
+      case '<': out += "\\<"; break;
+      case '&':
+        out += i + 1 < n && (std::isalnum(static_cast<unsigned char>(s[i + 1])) || s[i + 1] == '#') ? "\\&" : "&";
+        break;
       case '[': out += "\\["; break;
       case ']': out += "\\]"; break;
       case '\n': out += "⏎"; break;
@@ -138,47 +141,48 @@ std::string to_markdown(const AuditReport& r) {
   const Summary& s = r.summary;
   std::string o;
   o += "# repro-audit report\n\n";
-  std::string verdict = s.verdict.empty() ? "unknown" : s.verdict;
-  o += fmt::format("**Verdict: {}** (exit {}): {} of {} cases divergent, at most {} unique completions per case; "
+  const VerdictBanner banner = verdict_banner(r);
+  o += fmt::format("**{}** (exit {}): {} of {} cases divergent, at most {} unique completions per case; "
                    "{} completions, {} errors.\n\n",
-                   verdict, exit_code_for(r), s.divergent_cases, s.cases, s.max_unique, s.completions, s.errors);
+                   cell(banner.title), exit_code_for(r), s.divergent_cases, s.cases, s.max_unique, s.completions,
+                   s.errors);
   if (std::string why = verdict_cause(r); !why.empty()) o += "Why: " + cell(why) + "\n\n";
+  for (const auto& m : banner.modes)
+    o += fmt::format("- {} **{}**: {}\n", cell(m.label), m.verdict, cell(m.detail));
+  o += "\n" + cell(banner.gate) + "\n\n";
+  o += "## What to do\n\n";
+  for (size_t i = 0; i < r.advice.size(); ++i) {
+    auto lines = advice_lines(r.advice[i]);
+    o += fmt::format("{}. **{}**", i + 1, cell(lines[0]));
+    for (size_t j = 1; j < lines.size(); ++j) o += "  \n   " + cell(lines[j]);
+    o += "\n";
+  }
+  if (r.advice.empty()) o += "Not computed (a report written before advice was recorded).\n";
+  o += "\n";
   if (s.interrupted) o += "The run was interrupted: this report covers what finished.\n\n";
   if (std::string note = model_switch_note(r.environment); !note.empty()) o += "Note: " + cell(note) + "\n\n";
   o += fmt::format("Schema `{}`", kReportSchema);
   if (!r.profile.empty()) o += fmt::format(" · profile `{}`", cell(r.profile));
   if (!r.created.empty()) o += fmt::format(" · created {}", cell(r.created));
-  o += fmt::format(" · gate: at most {} divergent cases and TARr@N >= {} per mode", r.thresholds.max_divergent,
-                   fmt_percent(r.thresholds.min_tarr));
-  if (!r.thresholds.modes.empty()) {
-    o += " (modes:";
-    for (const auto& m : r.thresholds.modes) {
-      o += ' ';
-      o += cell(m);
-    }
-    o += ")";
-  }
   o += "\n\n";
 
   o += "## Reproducibility and throughput per mode\n\n";
   o += "| mode | cases | TARr@N | mean unique | bit-divergent | divergent cases | max \\|dlogprob\\| | tokens ≠ reference "
-       "| throughput vs default | errors | failed requests | verdict | gate |\n";
+       "| throughput vs default (mean ±sd, n cells) | errors | failed requests | verdict | gate |\n";
   o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
   for (const auto& m : s.modes)
     o += fmt::format("| {} | {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} of {} ({}) | {} | {} |\n", cell(mode_label(m.mode, m.precision)),
                      m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
                      m.divergent_cases, fmt_dlogprob(m.drift_size.max_dlogprob),
                      fmt::format("{} of {}", m.drift_size.token_differ.k, m.drift_size.token_differ.n),
-                     m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-", m.errors, m.failed_requests,
+                     mode_speed_text(m), m.errors, m.failed_requests,
                      m.requests, fmt_percent(m.error_rate), m.verdict, m.gate.empty() ? "-" : m.gate);
   o += "\n";
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) o += "- **Finding:** " + cell(m.drift_size.finding) + "\n";
   o += "\n";
   o += "## Trade-off: approaches to reproducibility, measured in this run\n\n";
-  o += "Throughput is each cell's tokens/s (probe and batch mates) relative to default greedy's mean in the same "
-       "context; reproducibility is over the approach's cases on the same prompts. The published estimates are "
-       "for comparison only; rows this run did not include are not measured.\n\n";
+  o += cell(tradeoff_intro()) + "\n\n";
   o += md_table(tradeoff_table(r));
   o += md_drift_sections(r);
   o += md_structured_sections(r);
@@ -272,8 +276,7 @@ std::string to_markdown(const AuditReport& r) {
     bool any_cmd = false;
     for (const auto& k : c.clusters) any_cmd = any_cmd || !k.repro_command.empty();
     if (any_cmd) {
-      o += "\nReproduce each cluster's first completion alone (token ids, logprobs and the final-logits hash with "
-           "--json):\n\n```sh\n";
+      o += "\n" + cell(repro_intro(c)) + "\n\n```sh\n";
       for (size_t i = 0; i < c.clusters.size(); ++i)
         if (!c.clusters[i].repro_command.empty())
           o += fmt::format("# c{}{}\n{}\n", i + 1, c.clusters[i].majority ? " (majority)" : "",

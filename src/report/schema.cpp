@@ -5,7 +5,9 @@
 // sorted (canonical form, repro/report/canonical.hpp).
 #include "repro/report/schema.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <concepts>
 #include <functional>
 #include <limits>
@@ -75,6 +77,7 @@ void describe(V& v, T& x) {
   v("tokens", x.tokens);
   v("text", x.text);
   v("logprobs", x.logprobs);
+  v.only_if(!x.token_pieces.empty(), "token_pieces", x.token_pieces);  // endpoints with ids and logprobs
   v("logits_sha256", x.logits_sha256);
   v("margins", x.margins);
   v("margins_rel", x.margins_rel);
@@ -373,6 +376,7 @@ void describe(V& v, T& x) {
   v("seconds", x.seconds);
   v("tokens_per_s", x.tokens_per_s);
   v("ratio", x.ratio_vs_default);
+  v.only_if(x.ratio_sd.has_value(), "ratio_sd", x.ratio_sd);
   v("runs", x.runs);
   v("mean_tokens_per_s", x.mean_tokens_per_s);
   v("stddev_tokens_per_s", x.stddev_tokens_per_s);
@@ -427,6 +431,8 @@ void describe(V& v, T& x) {
   v("mean_unique", x.mean_unique);
   v("bit_divergent_share", x.bit_divergent_share);
   v("throughput_ratio", x.throughput_ratio);
+  v.only_if(x.throughput_ratio_n > 0, "throughput_ratio_sd", x.throughput_ratio_sd);
+  v.only_if(x.throughput_ratio_n > 0, "throughput_ratio_n", x.throughput_ratio_n);
   v("errors", x.errors);
   v("gated", x.gated);
   v("verdict", x.verdict);
@@ -556,6 +562,16 @@ void describe(V& v, T& x) {
   v.only_if(x.replicate, "hosts", x.hosts);
 }
 
+template <class V, Is<Advice> T>
+void describe(V& v, T& x) {
+  v("about", x.about);
+  v("action", x.action);
+  v("because", x.because);
+  v("cost", x.cost);
+  v("limits", x.limits);
+  v("source", x.source);
+}
+
 // "digests" is derived (to_json(json&, const AuditReport&)) and not read back.
 template <class V, Is<AuditReport> T>
 void describe(V& v, T& x) {
@@ -583,6 +599,7 @@ void describe(V& v, T& x) {
   v.only_if(!x.panel.empty(), "panel", x.panel);           // two or more endpoints
   v.only_if(x.shard.has_value(), "shard", x.shard);  // run --shard only
   v.only_if(x.merge.has_value(), "merge", x.merge);  // report merge only
+  v.only_if(!x.advice.empty(), "advice", x.advice);  // what to do (src/audit/advice.cpp)
 }
 
 struct Writer;
@@ -598,7 +615,19 @@ json enc(int v) { return v; }
 json enc(int64_t v) { return v; }
 json enc(uint64_t v) { return v; }
 json enc(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }  // no JSON form: null
-json enc(float v) { return enc(static_cast<double>(v)); }
+// A float as the double closest to its shortest round-trip decimal ("-0.25", "-1.2345"), so the JSON
+// carries the digits the float has, not the 17 of its widening to double ("-1.2345000505447388");
+// read back, it is the same float. When the detour would not give the float back, its widening.
+json enc(float v) {
+  if (!std::isfinite(v)) return nullptr;
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  if (res.ec == std::errc()) {
+    const double d = std::strtod(std::string(buf, res.ptr).c_str(), nullptr);
+    if (static_cast<float>(d) == v) return d;
+  }
+  return static_cast<double>(v);
+}
 json enc(const json& v) { return v; }
 template <class T>
 json enc(const std::optional<T>& v);

@@ -10,6 +10,7 @@
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/cobatch.hpp"
 #include "repro/audit/provenance.hpp"
+#include "repro/audit/response_cache.hpp"
 #include "repro/audit/verdict.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/common/util.hpp"
@@ -163,8 +164,11 @@ std::string verdict_cause(const AuditReport& r) {
             why.empty() ? "" : "; ", mode_label(m.mode, m.precision), flag, m.no_answer_cases, m.cases, flag);
   } else if (s.verdict == "unverified") {
     for (const auto& m : s.modes)
-      if (m.gated && m.verdict == "unverified")
-        why += fmt::format("{}'{}': {}", why.empty() ? "" : "; ", m.mode, kUnverifiedWhy);
+      if (m.gated && m.verdict == "unverified") {
+        const EndpointEvidence* ev = find_evidence(r, m.mode);
+        const bool cache = (!ev || ev->verified) && m.response_cache && cache_confirmed(*m.response_cache);
+        why += fmt::format("{}'{}': {}", why.empty() ? "" : "; ", m.mode, cache ? m.response_cache->finding : kUnverifiedWhy);
+      }
   } else if (s.verdict == "drift" && r.baseline) {
     why = fmt::format("this run drifted from the baseline '{}' ({} change{})", r.baseline->file,
                       r.baseline->changes.size(), r.baseline->changes.size() == 1 ? "" : "s");
@@ -201,6 +205,11 @@ std::string to_terminal_raw(const AuditReport& r) {
                      s.divergent_cases, s.max_unique, s.completions, s.errors);
   std::string why = verdict_cause(r);
   if (!why.empty()) out += "  " + why + "\n";
+  {  // which modes the gate covers, and any ungated mode that diverged (src/report/summary_text.cpp)
+    const VerdictBanner b = verdict_banner(r);
+    out += "  " + b.gate + "\n";
+    if (!b.ungated.empty()) out += "  not gated: " + b.ungated + "\n";
+  }
   if (std::string note = model_switch_note(r.environment); !note.empty()) out += "note: " + note + "\n";
   out += fmt::format("{:<24} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
                      "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
@@ -210,7 +219,10 @@ std::string to_terminal_raw(const AuditReport& r) {
     out += fmt::format("{:<24} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n",
                        mode_label(m.mode, m.precision),
                        m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
-                       m.divergent_cases, m.throughput_ratio ? fmt_ratio(*m.throughput_ratio) : "-",
+                       m.divergent_cases,
+                       m.throughput_ratio && m.throughput_ratio_n > 0
+                           ? fmt::format("{:.2f}x±{:.2f}", *m.throughput_ratio, m.throughput_ratio_sd.value_or(0))
+                           : "not meas.",
                        fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
                        d.fragile,
                        m.failed_requests > m.errors ? fmt::format("{}+{}", m.errors, m.failed_requests - m.errors)
@@ -222,15 +234,15 @@ std::string to_terminal_raw(const AuditReport& r) {
   out += structured_terminal(r);
   if (!r.tradeoff.empty()) {
     const std::string prec = r.tradeoff.front().precision;
-    out += fmt::format("trade-off{}: throughput vs default (mean ±sd over n cells), reproducibility; "
-                       "published estimates for comparison\n",
+    out += fmt::format("trade-off{}: throughput vs default (mean ±sd over n cells), reproducibility; all measured "
+                       "in this run\n",
                        prec.empty() ? "" : " (" + prec + ")");
-    out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", "approach", "throughput", "N", "TARr@N",
-                       "TARa@N", "tok!=ref", "|dlogprob|", "published");
+    out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", "approach", "throughput", "N", "TARr@N",
+                       "TARa@N", "tok!=ref", "|dlogprob|");
     for (const auto& t : r.tradeoff) {
       if (!t.measured) {
-        out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", t.approach, "not measured", "-",
-                           "-", "-", "-", "-", tradeoff_published(t.approach));
+        out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", t.approach, "not measured", "-",
+                           "-", "-", "-", "-");
         continue;
       }
       const std::string speed = t.speed_mean ? fmt::format("{:.2f}x ±{:.2f} (n {})", *t.speed_mean,
@@ -238,10 +250,18 @@ std::string to_terminal_raw(const AuditReport& r) {
                                              : "not measured";
       const std::string n = t.n_min == t.n_max ? std::to_string(t.n_min) : fmt::format("{}-{}", t.n_min, t.n_max);
       auto share = [](const Rate& q) { return q.n > 0 ? fmt::format("{}/{}", q.k, q.n) : std::string("-"); };
-      out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}  {}\n", t.approach, speed, n,
+      out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", t.approach, speed, n,
                          t.tarr.n > 0 ? fmt_percent(static_cast<double>(t.tarr.k) / t.tarr.n) : "-",
                          t.tara ? fmt_percent(static_cast<double>(t.tara->k) / std::max(1, t.tara->n)) : "no extractor",
-                         share(t.token_differ), fmt_dlogprob(t.max_dlogprob), tradeoff_published(t.approach));
+                         share(t.token_differ), fmt_dlogprob(t.max_dlogprob));
+    }
+  }
+  if (!r.advice.empty()) {  // what to do (computed by compute_advice, src/audit/advice.cpp)
+    out += "what to do:\n";
+    for (const auto& a : r.advice) {
+      auto lines = advice_lines(a);
+      out += "  - " + lines[0] + "\n";
+      for (size_t i = 1; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
     }
   }
   out += terminal_variant_sections(r);

@@ -55,6 +55,32 @@ std::string baseline_text(const BaselineResult& b);  // the terminal / text form
 // One line saying why the verdict is what it is (empty for "reproducible").
 std::string verdict_cause(const AuditReport& report);
 
+// ---- the verdict banner and "what to do", shared by every writer (src/report/summary_text.cpp)
+// The banner: the run's verdict, the modes its gate covers, and each mode's (endpoint's) own verdict, so
+// a pass of the gated modes never hides an ungated mode that diverged.
+struct BannerMode {
+  std::string label;              // "default (f32)"
+  std::string verdict;            // the mode's verdict in capitals: "DIVERGENT", "REPRODUCIBLE", ...
+  std::string detail;             // "2 of 3 cases divergent, not gated"
+  bool good = false;              // reproducible (or no answer)
+  bool gated = false;
+};
+struct VerdictBanner {
+  std::string verdict;            // the run's verdict in capitals: "REPRODUCIBLE"
+  std::string scope;              // "gate: batch-invariant" / "gate: every mode"
+  std::string ungated;            // "default (f32) DIVERGENT": ungated modes that did not pass; "" when none
+  std::string title;              // "Verdict: REPRODUCIBLE (gate: batch-invariant); not gated: default (f32) DIVERGENT"
+  std::string gate;               // one sentence: which modes the gate covers, its thresholds, its result
+  std::vector<BannerMode> modes;
+  bool mixed = false;             // the gate passed while an ungated mode diverged
+};
+VerdictBanner verdict_banner(const AuditReport& r);
+// One advice entry as plain text lines: the action first, then "because ...", "cost: ...",
+// "limits: ... (source)"; empty parts left out.
+std::vector<std::string> advice_lines(const Advice& a);
+// The sentence above a case's reproducers: `generate` commands (local) or curl requests (endpoints).
+std::string repro_intro(const CaseResult& c);
+
 // ---- drift-size sections shared by the Markdown and HTML writers (src/report/drift_size_text.cpp)
 struct TextTable {
   std::vector<std::string> head;
@@ -77,10 +103,13 @@ std::string structured_case_text(const CaseResult& c);  // one line per case (em
 // The trade-off table shared by every writer (src/report/tradeoff_text.cpp): one row per approach
 // (default, batch-invariant, deterministic, controlled sampling) with its measured throughput
 // relative to default, TARr@N, TARa@N, share differing from the reference, drift size, how it was
-// measured, and the published estimate beside it; rows the run did not include say "not measured".
+// measured; rows the run did not include say "not measured". No estimate from elsewhere is printed
+// beside the measurements.
 TextTable tradeoff_table(const AuditReport& r);
-// The published estimates the table is set against ("~40% slower, ~95% reproducible"), per approach.
-std::string tradeoff_published(const std::string& approach);
+// How the table is measured, one paragraph (every writer prints it above the table).
+std::string tradeoff_intro();
+// A mode's headline throughput ratio: "0.98x ±0.03 (n 12)", or "not measured".
+std::string mode_speed_text(const ModeSummary& m);
 // One line per approach for the terminal and JUnit properties: "deterministic: speed 0.05x ±0.01 ...".
 std::string tradeoff_line(const TradeoffRow& row);
 // ---- prompt variants and response-cache signs, shared by Markdown, HTML and terminal (src/report/variants_text.cpp)
