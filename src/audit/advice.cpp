@@ -148,28 +148,23 @@ void endpoint_advice(AuditReport& r, std::vector<Advice>& out) {
                               explaining_factors(r, m) + "; each divergent case has a curl reproducer in the report";
     const std::string cost = "not measured: a server setting; rerun this audit against the restarted server to measure "
                              "its throughput and reproducibility";
-    if (engine == "vllm" || engine == "unknown") {
+    // The engine's own switch; both engines' when the endpoint did not say which it runs.
+    auto engine_switch = [&](const char* name, const char* key, const std::string& action, const std::string& limits,
+                             const char* source) {
+      if (engine != key && engine != "unknown") return;
       Advice a;
       a.about = m.mode;
-      a.action = std::string(engine == "unknown" ? "If the server is vLLM: " : "") +
-                 "start it with VLLM_BATCH_INVARIANT=1 in its environment";
+      a.action = (engine == "unknown" ? "If the server is " + std::string(name) + ": " : std::string()) + action;
       a.because = found + (engine == "unknown" ? " (the endpoint did not say which engine it runs)" : "");
       a.cost = cost;
-      a.limits = vllm_limits;
-      a.source = kVllmBatchInvarianceDoc;
+      a.limits = limits;
+      a.source = source;
       out.push_back(std::move(a));
-    }
-    if (engine == "sglang" || engine == "unknown") {
-      Advice a;
-      a.about = m.mode;
-      a.action = std::string(engine == "unknown" ? "If the server is SGLang: " : "") +
-                 "start it with --enable-deterministic-inference";
-      a.because = found + (engine == "unknown" ? " (the endpoint did not say which engine it runs)" : "");
-      a.cost = cost;
-      a.limits = sglang_limits;
-      a.source = kSglangDeterministicDoc;
-      out.push_back(std::move(a));
-    }
+    };
+    engine_switch("vLLM", "vllm", "start it with VLLM_BATCH_INVARIANT=1 in its environment", vllm_limits,
+                  kVllmBatchInvarianceDoc);
+    engine_switch("SGLang", "sglang", "start it with --enable-deterministic-inference", sglang_limits,
+                  kSglangDeterministicDoc);
     if (engine != "vllm" && engine != "sglang" && engine != "unknown") {
       Advice a;
       a.about = m.mode;

@@ -85,17 +85,7 @@ void record_endpoint_token_text(AuditReport& r) {
 }
 
 void record_token_text(AuditReport& r, const std::function<std::string(int)>& piece) {
-  std::set<int> ids;
-  for (const auto& c : r.cases) {
-    for (const auto& k : c.clusters)
-      if (!k.majority) {
-        if (k.majority_token >= 0) ids.insert(k.majority_token);
-        if (k.cluster_token >= 0) ids.insert(k.cluster_token);
-      }
-    if (c.drift_size.reference_token >= 0) ids.insert(c.drift_size.reference_token);
-    if (c.drift_size.divergent_token >= 0) ids.insert(c.drift_size.divergent_token);
-  }
-  for (int id : ids) r.token_text[std::to_string(id)] = display_text(piece(id));
+  for (int id : divergence_ids(r)) r.token_text[std::to_string(id)] = display_text(piece(id));
 }
 
 }  // namespace repro
