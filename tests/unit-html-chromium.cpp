@@ -122,14 +122,7 @@ TEST_CASE("HTML report renders in headless Chromium and shows the verdict") {
   std::string bytes = read_file(png.string());
   CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
 
-  std::string dom_cmd = chromium_cmd(dir / "profile2", "--dump-dom", html) + " 2>/dev/null";
-  FILE* f = popen(dom_cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  std::string dom;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) dom.append(buf, n);
-  pclose(f);
+  std::string dom = read_pipe(chromium_cmd(dir / "profile2", "--dump-dom", html) + " 2>/dev/null");
   CHECK(dom.find("id=\"verdict\"") != std::string::npos);
   CHECK(dom.find("Verdict: REPRODUCIBLE") != std::string::npos);
   CHECK(dom.find("<svg") != std::string::npos);
