@@ -71,7 +71,7 @@ int run_run(const RunOptions& o) {
   if (o.dry_run) {  // the assignment of cases to shards; nothing runs, nothing is written
     std::vector<std::string> labels;
     for (const auto& e : run.endpoints) labels.push_back(e.label);
-    const std::string digest = plan_digest(plan_to_json(run.plan), prompts_digest(run.plan.prompts));
+    const std::string digest = plan_digest(plan_to_json(run.plan, !run.endpoints.empty()), prompts_digest(run.plan.prompts));
     std::string text = assignment_text(run.plan, labels, digest);
     if (run.shard.count > 0) text = "shard " + shard_text(run.shard) + " from " + run.shard.source + "\n" + text;
     std::fputs(text.c_str(), stdout);
