@@ -22,7 +22,7 @@ static std::string write(const std::filesystem::path& p, const std::string& s) {
 
 TEST_CASE("every built-in profile is valid and quick is the default") {
   auto names = builtin_profile_names();
-  for (const char* n : {"quick", "ci", "batch-sweep", "sampling", "long", "compliance", "tradeoff"})
+  for (const char* n : {"quick", "demo", "ci", "batch-sweep", "sampling", "long", "compliance", "tradeoff"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
   for (const auto& n : names) {
     PlanOptions o;

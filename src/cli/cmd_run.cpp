@@ -111,7 +111,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   engine_spec.chat_template = true;
   engine_spec.stop_token = true;
   add_engine_flags(*s, o->engine, engine_spec);
-  s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
+  s->add_option("--profile", o->profile, "Profile name (quick, demo, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
   s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}; variants of a task: {task, variant, prompt|messages}, compared in the report) or OpenAI Batch API input");
