@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "repro/audit/canary.hpp"
+#include "repro/audit/compare.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/report/canonical.hpp"
@@ -148,10 +149,96 @@ TEST_CASE("canary end to end: GREEN unchanged, YELLOW on other bits, RED on anot
   REQUIRE(cli(dir, "model synth --out m.gguf --seed 2 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
   auto red = cli(dir, "canary --baseline base/report.json --quiet --out red");
   INFO(red.output);
-  CHECK(red.code == 2);
+  CHECK(red.code == 5);  // RED has its own code: 2 is a usage error
   CHECK(red.output.find("canary RED") != std::string::npos);
   CHECK(red.output.find("RED model digest ") != std::string::npos);
   CHECK(read_json(dir / "red" / "canary.json")["level"] == "RED");
+  // another model writes other tokens: where the majority outputs part is shown as text, not hashes
+  CHECK((red.output.find("majority output parts at character ") != std::string::npos ||
+         red.output.find("majority output differs from its first character: '") != std::string::npos));
+  CHECK(red.output.find("token outputs changed") != std::string::npos);
+
+  // the nightly recipe routes the codes: RED pages, a usage error says the job is broken, never pages
+  const std::string recipe = std::string(REPRO_SOURCE_DIR) + "/docs/recipes/canary-cron.sh";
+  auto cron = test::run_shell("cd '" + dir.string() + "' && " + env(dir) + "REPRO_AUDIT='" + test::binary() +
+                              "' sh '" + recipe + "' base nightly");
+  INFO(cron.output);
+  CHECK(cron.code == 5);
+  CHECK(cron.output.find("PAGE canary RED") != std::string::npos);
+  auto typo = test::run_shell("cd '" + dir.string() + "' && " + env(dir) + "REPRO_AUDIT='" + test::binary() +
+                              "' sh '" + recipe + "' no-such-baseline nightly");
+  INFO(typo.output);
+  CHECK(typo.code == 2);
+  CHECK(typo.output.find("canary job broken (usage error)") != std::string::npos);
+  CHECK(typo.output.find("PAGE") == std::string::npos);
+}
+
+TEST_CASE("canary --precision bf16 on an f32 baseline maps each mode's cases across the change") {
+  auto dir = test::scratch_dir("canary-precision");
+  REQUIRE(cli(dir, "model synth --out m.gguf --seed 1 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2").code == 0);
+  auto base = cli(dir, "run --model m.gguf --max-tokens 6 --precisions f32 --quiet --out base");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+  const int cases = static_cast<int>(read_json(dir / "base" / "report.json")["cases"].size());
+  REQUIRE(cases > 0);
+  auto bf16 = cli(dir, "canary --baseline base --precision bf16 --quiet --out bf16");
+  INFO(bf16.output);
+  const auto cj = read_json(dir / "bf16" / "canary.json");
+  CHECK(cj["cases_compared"].get<int>() == cases);  // not 0: the f32 cases are compared with the bf16 ones
+  CHECK(bf16.output.find("compared across the change: default (f32) -> default (bf16)") != std::string::npos);
+  CHECK(bf16.output.find("compared across the change: batch-invariant (f32) -> batch-invariant (bf16)") !=
+        std::string::npos);
+  CHECK(bf16.output.find("missing from the rerun") == std::string::npos);
+  CHECK(bf16.output.find("is new in the rerun") == std::string::npos);
+  CHECK(cj["mapped"].size() == 2);
+  CHECK((bf16.code == 0 || bf16.code == 1 || bf16.code == 5));
+
+  // a baseline that ran both precisions: --precision bf16 reruns its bf16 cases, the f32 ones are not "missing"
+  auto both = cli(dir, "run --model m.gguf --max-tokens 6 --precisions f32,bf16 --quiet --out both");
+  REQUIRE(both.code == 0);
+  auto only = cli(dir, "canary --baseline both --precision bf16 --out only");
+  INFO(only.output);
+  CHECK(only.code == 0);  // the same bf16 run again: GREEN
+  CHECK(only.output.find("reruns the baseline's bf16 cases only") != std::string::npos);
+  CHECK(read_json(dir / "only" / "canary.json")["cases_compared"].get<int>() == cases);
+}
+
+TEST_CASE("case matching maps one mode or endpoint swapped for another, never an ambiguous set") {
+  auto with_modes = [](std::vector<std::pair<std::string, std::string>> modes) {
+    AuditReport r;
+    for (const auto& [m, p] : modes) {
+      CaseResult c;
+      c.prompt_id = "p1";
+      c.decoding_id = "greedy";
+      c.mode = m;
+      c.precision = p;
+      r.cases.push_back(c);
+    }
+    return r;
+  };
+  // a mode swapped for another (diff of a default run with a batch-invariant run)
+  auto m = match_cases(with_modes({{"default", "f32"}}), with_modes({{"batch-invariant", "f32"}}));
+  REQUIRE(m.cases.size() == 1);
+  CHECK(m.cases[0].a != nullptr);
+  CHECK(m.cases[0].b != nullptr);
+  CHECK(m.mapped == std::vector<std::string>{"default (f32) -> batch-invariant (f32)"});
+  // an endpoint label changed
+  m = match_cases(with_modes({{"old", ""}}), with_modes({{"new", ""}}));
+  CHECK(m.mapped == std::vector<std::string>{"old -> new"});
+  // two modes each to another precision: paired by mode
+  m = match_cases(with_modes({{"default", "f32"}, {"batch-invariant", "f32"}}),
+                  with_modes({{"default", "bf16"}, {"batch-invariant", "bf16"}}));
+  CHECK(m.mapped.size() == 2);
+  CHECK(m.mapped[0] == "default (f32) -> default (bf16)");
+  // two endpoints renamed: which is which is a guess, so nothing is mapped
+  m = match_cases(with_modes({{"a", ""}, {"b", ""}}), with_modes({{"c", ""}, {"d", ""}}));
+  CHECK(m.mapped.empty());
+  CHECK(m.cases.size() == 4);
+  // the drift between them says it compared across the change
+  auto d = compute_drift(with_modes({{"default", "f32"}}), with_modes({{"default", "bf16"}}));
+  CHECK(std::find(d.config.begin(), d.config.end(),
+                  "cases of default (f32) -> default (bf16) compared across the change") != d.config.end());
+  CHECK(d.cases.empty());
 }
 
 TEST_CASE("canary: bad input exits 2 with one line naming the flag and the fix") {
@@ -205,7 +292,7 @@ TEST_CASE("canary against serve on loopback: GREEN on the same server, RED when 
                              "' canary --baseline base --endpoint inv=" + server->url() +
                              " --api-key-env CANARY_KEY --quiet --out red");
   INFO(red.output);
-  CHECK(red.code == 2);
+  CHECK(red.code == 5);
   CHECK(red.output.find("RED inv system_fingerprint: ") != std::string::npos);
   server->stop();
   // the key reached no file
@@ -235,7 +322,7 @@ TEST_CASE("canary renders messages with the baseline's chat template; --chat-tem
 
   auto red = cli(dir, "canary --baseline base --chat-template chatml --quiet --out red");
   INFO(red.output);
-  CHECK(red.code == 2);
+  CHECK(red.code == 5);
   CHECK(red.output.find("canary RED") != std::string::npos);
 }
 

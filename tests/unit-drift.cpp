@@ -121,6 +121,11 @@ TEST_CASE("analyze: drift size against the reference context, fragile steps, att
   REQUIRE(d.fragile);
   CHECK(*d.fragile == 1);
   CHECK(d.status == "token-divergent");
+  // the margin the flip crossed: the reference's top-2 margin at the first divergent step (step 2)
+  REQUIRE(d.flip_margin);
+  CHECK(*d.flip_margin == doctest::Approx(0.001));
+  REQUIRE(d.flip_margin_rel);
+  CHECK(*d.flip_margin_rel == doctest::Approx(0.0005));
   REQUIRE(!d.factors.empty());
   CHECK(d.factors[0].factor == "batch_size");
   CHECK(d.factors[0].values == std::vector<std::string>{"1", "4", "8", "16"});
@@ -135,7 +140,10 @@ TEST_CASE("analyze: drift size against the reference context, fragile steps, att
   CHECK(m.fragile == 1);
   CHECK(m.finding ==
         "default: logits change from batch size 4 up (max |dlogprob| 3.8e-06); tokens change in 1 of 1 cases from "
-        "batch size 16 up; 1 fragile token (top-2 margin below the threshold)");
+        "batch size 16 up; each flip was a near-tie: the reference's top-2 logit margin there was at most 0.001; 1 "
+        "fragile token (top-2 margin below the threshold)");
+  REQUIRE(m.max_flip_margin);
+  CHECK(*m.max_flip_margin == doctest::Approx(0.001));
 
   // the same case without the token divergence is "reproducible here, fragile"
   r.completions.pop_back();

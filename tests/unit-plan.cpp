@@ -22,7 +22,7 @@ static std::string write(const std::filesystem::path& p, const std::string& s) {
 
 TEST_CASE("every built-in profile is valid and quick is the default") {
   auto names = builtin_profile_names();
-  for (const char* n : {"quick", "ci", "batch-sweep", "sampling", "compliance", "tradeoff"})
+  for (const char* n : {"quick", "demo", "ci", "batch-sweep", "sampling", "long", "compliance", "tradeoff"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
   for (const auto& n : names) {
     PlanOptions o;
@@ -362,4 +362,48 @@ TEST_CASE("plan option table: NaN, negative and out-of-range values name the fla
   o.thresholds.min_tarr = std::nan("");
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--min-tarr must be a number from 0 to 1 (got nan)"),
                        UsageError);
+}
+
+TEST_CASE("a remote run's plan block leaves out the local engine's settings, and reads back with their defaults") {
+  PlanOptions p;
+  apply_profile(find_profile("long"), p);
+  const nlohmann::json local = plan_to_json(p);
+  const nlohmann::json remote = plan_to_json(p, true);
+  int left_out = 0;
+  for (const auto& opt : plan_options()) {
+    CAPTURE(opt.name);
+    const std::string key = split(opt.report_key, '.')[0];
+    CHECK(local.contains(key));
+    CHECK(remote.contains(key) == !opt.local_only());
+    left_out += opt.local_only();
+  }
+  CHECK(left_out >= 10);
+  for (const char* k : {"modes", "precisions", "batch_sizes", "threads", "mate_join_steps"}) CHECK_FALSE(remote.contains(k));
+  for (const char* k : {"max_tokens", "repeats", "concurrency", "temperatures", "thresholds"}) CHECK(remote.contains(k));
+  // read back: a report of endpoints restores the defaults; a local report missing them is refused
+  AuditReport r;
+  r.plan = remote;
+  r.prompts["x"] = "hello";
+  r.plan["prompt_ids"] = {"x"};
+  r.environment = {{"endpoints", nlohmann::json::array({{{"label", "a"}, {"url", "http://127.0.0.1:1"}}})}};
+  PlanOptions back;
+  REQUIRE_NOTHROW(back = plan_from_report(r));
+  CHECK(back.batch_sizes == PlanOptions{}.batch_sizes);
+  CHECK(back.max_tokens == p.max_tokens);
+  r.environment = nlohmann::json::object();
+  CHECK_THROWS_AS(plan_from_report(r), UsageError);
+}
+
+TEST_CASE("the long prompt for endpoints: shipped text of 1,000 to 2,000 words, one question per prompt") {
+  const auto prompts = endpoint_long_prompts(2);
+  REQUIRE(prompts.size() == 2);
+  CHECK(prompts[0].id != prompts[1].id);
+  for (const auto& p : prompts) {
+    const auto words = std::count(p.text.begin(), p.text.end(), ' ') + std::count(p.text.begin(), p.text.end(), '\n');
+    CHECK(words > 1000);
+    CHECK(words < 2200);
+    CHECK(p.text.find("Question: ") != std::string::npos);
+  }
+  CHECK(test::slurp(std::filesystem::path(REPRO_SOURCE_DIR) / "docs/examples/long-prompt.txt") + "\n" ==
+        prompts[0].text.substr(0, prompts[0].text.find("Question: ")));
 }

@@ -35,7 +35,9 @@ TEST_CASE("provenance: input digests, endpoints without secrets, the report's di
   CHECK(r.environment["endpoints"][0]["label"] == "vllm");
   CHECK_FALSE(r.environment.contains("model"));
   CHECK(r.profile == "ci");
-  CHECK(r.plan == plan_to_json(plan));
+  CHECK(r.plan == plan_to_json(plan, true));  // an endpoint run: no local-only settings in its plan
+  CHECK_FALSE(r.plan.contains("modes"));
+  CHECK_FALSE(r.plan.contains("batch_sizes"));
   CHECK(r.thresholds.modes == plan.thresholds.modes);
   CHECK(r.created.size() == 20);
   CHECK(r.created.back() == 'Z');

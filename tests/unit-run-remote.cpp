@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "repro/audit/plan.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/report/report.hpp"
 #include "repro/serve/server.hpp"
@@ -143,4 +144,49 @@ TEST_CASE("run --endpoint with a model name serve does not have: exit 2 naming t
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
   CHECK(!std::filesystem::exists(out / "report.json"));
   server.stop();
+}
+
+TEST_CASE("run --profile long --endpoint: the shipped long prompt, and a plan block without local-only settings") {
+  auto dir = test::scratch_dir("run-remote-long");
+  // a long-context model (the long prompt is about 1,700 tokens of a Llama tokenizer, more for 512 pieces)
+  auto synth = test::run_cli("model synth --out '" + (dir / "long.gguf").string() +
+                             "' --seed 3 --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --context 8192");
+  INFO(synth.output);
+  REQUIRE(synth.code == 0);
+  auto model = load_model((dir / "long.gguf").string());
+  ServerOptions so;
+  so.port = 0;
+  so.on_step = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };  // probes overlap
+  so.max_batch = 8;
+  Server server(*model, {Mode::BatchInvariant, 1}, so);
+  server.start();
+  auto r = test::run_cli("run --quiet --profile long --endpoint inv=" + server.url() + " --api-model " +
+                         server.model_name() + " --api completions --concurrency 1,2 --max-tokens 4 --out '" +
+                         (dir / "out").string() + "'");
+  INFO(r.output);
+  CHECK(r.code == 0);  // before: exit 2 naming --prompt-tokens, a flag nobody passed
+  server.stop();
+  const AuditReport rep = load_report((dir / "out" / "report.json").string());
+  REQUIRE(rep.prompts.size() == 2);  // the long profile's generated_prompts
+  for (const auto& [id, text] : rep.prompts) {
+    CHECK(text.find("The Keeper of the Tide Clock") == 0);
+    CHECK(std::count(text.begin(), text.end(), ' ') > 1000);  // 1,000-2,000 words
+  }
+  CHECK(rep.summary.errors == 0);
+  // the plan block records what the run did, not the local engine's settings it never used
+  for (const char* key : {"modes", "precisions", "batch_sizes", "positions", "filler_sets", "mate_join_steps",
+                          "mate_prompt_deltas", "prompt_tokens", "generated_prompts", "threads", "long_context_model"}) {
+    CAPTURE(key);
+    CHECK_FALSE(rep.plan.contains(key));
+  }
+  CHECK(rep.plan.contains("concurrency"));
+  CHECK(rep.plan.contains("max_tokens"));
+  // ... and a remote report reads back (resume, canary) with those settings at their defaults
+  CHECK_NOTHROW(plan_from_report(rep));
+
+  // --prompt-tokens given on purpose still needs a local tokenizer: the error names that flag
+  auto given = test::run_cli("run --quiet --endpoint http://127.0.0.1:9 --api-model m --prompt-tokens 512 --out '" +
+                             (dir / "x").string() + "'");
+  CHECK(given.code == 2);
+  CHECK(given.output.find("--prompt-tokens generates prompts with the local model's tokenizer") != std::string::npos);
 }

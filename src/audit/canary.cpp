@@ -10,6 +10,8 @@
 
 #include "repro/audit/compare.hpp"
 #include "repro/audit/distribution.hpp"
+#include "repro/common/error.hpp"
+#include "repro/common/util.hpp"
 
 namespace repro {
 
@@ -22,15 +24,25 @@ const char* canary_level_name(CanaryLevel l) {
   return "RED";
 }
 
+int canary_exit_code(CanaryLevel l) {
+  switch (l) {
+    case CanaryLevel::Green: return kExitOk;
+    case CanaryLevel::Yellow: return kExitDivergent;
+    case CanaryLevel::Red: return kExitCanaryRed;
+  }
+  return kExitCanaryRed;
+}
+
 namespace {
 
 using ContextKey = std::tuple<std::string, std::string, std::string, int, int, std::string, uint64_t, int, std::string>;
 
 // A completion's context, its mode named as the case matching names it (a baseline written before
 // precisions were recorded ran one precision, and is compared by mode alone).
-ContextKey context_key(const CaseMatching& m, const Completion& c) {
-  return {c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision), c.batch_size, c.position, c.filler_set, c.seed,
-          c.repeat, c.cache_state};
+// `rerun`: a completion of run B, named by its counterpart in run A where the matching mapped it.
+ContextKey context_key(const CaseMatching& m, const Completion& c, bool rerun) {
+  return {c.prompt_id, c.decoding_id, rerun ? m.mode_of_b(c.mode, c.precision) : m.mode_of(c.mode, c.precision),
+          c.batch_size, c.position, c.filler_set, c.seed, c.repeat, c.cache_state};
 }
 std::string case_name(const CaseMatching& m, const CaseResult& c) {
   return fmt::format("{} [{}] {}", c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision));
@@ -85,12 +97,49 @@ std::vector<std::vector<int>> samples_of(const AuditReport& r, const CaseResult&
   return out;
 }
 
+// The majority output of a case, as recorded (text; empty when the case has none).
+const Completion* majority_completion(const AuditReport& r, const CaseResult& c) {
+  if (c.clusters.empty() || c.clusters[0].members.empty()) return nullptr;
+  int i = c.clusters[0].members[0];
+  return i >= 0 && i < static_cast<int>(r.completions.size()) ? &r.completions[i] : nullptr;
+}
+
+// Where two majority outputs part, as text a person reads: the shared words just before, then each
+// side's next characters ("majority parts after 'the dog': ' ran to' -> ' sat on'"), at a character
+// boundary of UTF-8 and with control bytes escaped. Hashes only when the text is not recorded.
+std::string first_divergence_text(const AuditReport& ra, const CaseResult& ca, const AuditReport& rb,
+                                  const CaseResult& cb) {
+  const Completion* a = majority_completion(ra, ca);
+  const Completion* b = majority_completion(rb, cb);
+  if (!a || !b) return fmt::format("majority {} -> {}", a ? short_hash(ca.clusters[0].hash) : "(no output)",
+                                   b ? short_hash(cb.clusters[0].hash) : "(no output)");
+  const std::string &x = a->text, &y = b->text;
+  size_t p = 0;
+  while (p < x.size() && p < y.size() && x[p] == y[p]) ++p;
+  auto continuation = [](unsigned char ch) { return (ch & 0xC0) == 0x80; };
+  while (p > 0 && ((p < x.size() && continuation(static_cast<unsigned char>(x[p]))) ||
+                   (p < y.size() && continuation(static_cast<unsigned char>(y[p])))))
+    --p;  // back to the start of the character that differs
+  auto cut = [&](const std::string& s, size_t from, size_t n) {
+    size_t end = std::min(s.size(), from + n);
+    while (end < s.size() && continuation(static_cast<unsigned char>(s[end]))) ++end;
+    return printable(s.substr(from, end - from));
+  };
+  size_t ctx = p > 24 ? p - 24 : 0;
+  while (ctx > 0 && continuation(static_cast<unsigned char>(x[ctx]))) --ctx;
+  auto side = [&](const std::string& s) { return p >= s.size() ? std::string("(end)") : "'" + cut(s, p, 24) + "'"; };
+  if (p == 0) return fmt::format("majority output differs from its first character: {} -> {}", side(x), side(y));
+  return fmt::format("majority output parts at character {} after '{}{}': {} -> {}", p, ctx > 0 ? "..." : "",
+                     cut(x, ctx, p - ctx), side(x), side(y));
+}
+
 }  // namespace
 
 CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun) {
   CanaryResult res;
   std::vector<std::string> red, yellow;
   const CaseMatching matched = match_cases(baseline, rerun);
+  res.mapped = matched.mapped;
 
   // ---- the endpoints' engine, version and posture, named first: they explain what follows
   for (const auto& ea : baseline.evidence)
@@ -115,7 +164,9 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
     red.push_back(fmt::format("model digest {} -> {}", ma.empty() ? "(none)" : short_hash(ma),
                               mb.empty() ? "(none)" : short_hash(mb)));
   for (bool fp : {false, true}) {
-    auto ia = identities(baseline, fp), ib = identities(rerun, fp);
+    auto ia = identities(baseline, fp), ib_raw = identities(rerun, fp);
+    std::map<std::string, std::set<std::string>> ib;  // keyed as the baseline names the mode or endpoint
+    for (auto& [mode, set_b] : ib_raw) ib[matched.with_precision ? mode : matched.mode_of_b(mode, "")] = set_b;
     for (const auto& [mode, set_a] : ia) {
       auto it = ib.find(mode);
       if (it != ib.end() && it->second != set_a)
@@ -166,11 +217,8 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
       red.push_back(fmt::format("case {}: answers {} -> {}", case_name(matched, ca), join(answers(ca)), join(answers(cb))));
     } else {
       res.token_drift++;
-      std::string first = cb.clusters.empty() ? std::string("(no output)") : short_hash(cb.clusters[0].hash);
-      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}; majority {} -> {})",
-                                case_name(matched, ca), ca.clusters.size(), cb.clusters.size(),
-                                ca.clusters.empty() ? std::string("(no output)") : short_hash(ca.clusters[0].hash),
-                                first));
+      red.push_back(fmt::format("case {}: token outputs changed ({} distinct -> {}); {}", case_name(matched, ca),
+                                ca.clusters.size(), cb.clusters.size(), first_divergence_text(baseline, ca, rerun, cb)));
     }
   }
 
@@ -186,19 +234,19 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
   std::map<ContextKey, const Completion*> base_ctx;
   for (const auto& c : baseline.completions)
     if (c.error.empty() && has_bits(c) && stable.count(CaseKey{c.prompt_id, c.decoding_id, matched.mode_of(c.mode, c.precision)}))
-      base_ctx.emplace(context_key(matched, c), &c);
+      base_ctx.emplace(context_key(matched, c, false), &c);
   std::map<std::string, int> bit_by_mode;
   std::map<std::string, const Completion*> first_by_mode;
   for (const auto& c : rerun.completions) {
     if (!c.error.empty() || !has_bits(c)) continue;
-    auto it = base_ctx.find(context_key(matched, c));
+    auto it = base_ctx.find(context_key(matched, c, true));
     if (it == base_ctx.end()) continue;
     // same output: token ids where both know them (a report stores text with invalid UTF-8 replaced)
     const Completion& b = *it->second;
     if (b.tokens_known && c.tokens_known ? b.tokens != c.tokens : b.text != c.text) continue;
     if (bit_fingerprint(*it->second) != bit_fingerprint(c)) {
       res.bit_drift++;
-      const std::string m = matched.mode_of(c.mode, c.precision);
+      const std::string m = matched.mode_of_b(c.mode, c.precision);
       if (!bit_by_mode[m]++) first_by_mode[m] = &c;
     }
   }
@@ -220,6 +268,7 @@ std::string canary_text(const CanaryResult& c) {
                                 "bit-level {}\n",
                                 canary_level_name(c.level), c.cases_compared, c.token_drift, c.answer_drift,
                                 c.answer_preserving, c.bit_drift);
+  for (const auto& m : c.mapped) out += "  compared across the change: " + m + "\n";
   for (const auto& a : c.alarms) out += "  " + a + "\n";
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -30,21 +31,70 @@ std::string CaseMatching::mode_of(const std::string& mode, const std::string& pr
   return with_precision ? mode_label(mode, precision) : mode;
 }
 
+std::string CaseMatching::mode_of_b(const std::string& mode, const std::string& precision) const {
+  std::string l = mode_of(mode, precision);
+  auto it = b_to_a.find(l);
+  return it == b_to_a.end() ? l : it->second;
+}
+
+namespace {
+// The labels of a run's cases in first-seen order, each with its mode name.
+std::vector<std::pair<std::string, std::string>> case_labels(const AuditReport& r, const CaseMatching& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::set<std::string> seen;
+  for (const auto& c : r.cases) {
+    std::string l = m.mode_of(c.mode, c.precision);
+    if (seen.insert(l).second) out.push_back({l, c.mode});
+  }
+  return out;
+}
+}  // namespace
+
 CaseMatching match_cases(const AuditReport& a, const AuditReport& b) {
   CaseMatching m;
   for (const auto& c : a.cases) m.with_precision = m.with_precision || !c.precision.empty();
+  // ---- labels only one run has: mapped across a deliberate change where the pairing is unambiguous
+  const auto la = case_labels(a, m), lb = case_labels(b, m);
+  std::set<std::string> names_a, names_b;
+  for (const auto& x : la) names_a.insert(x.first);
+  for (const auto& x : lb) names_b.insert(x.first);
+  std::vector<std::pair<std::string, std::string>> only_a, only_b;
+  for (const auto& x : la)
+    if (!names_b.count(x.first)) only_a.push_back(x);
+  for (const auto& x : lb)
+    if (!names_a.count(x.first)) only_b.push_back(x);
+  auto pair_up = [&](size_t i, size_t j) {
+    m.b_to_a[only_b[j].first] = only_a[i].first;
+    m.mapped.push_back(only_a[i].first + " -> " + only_b[j].first);
+    only_a.erase(only_a.begin() + static_cast<std::ptrdiff_t>(i));
+    only_b.erase(only_b.begin() + static_cast<std::ptrdiff_t>(j));
+  };
+  auto count_mode = [](const std::vector<std::pair<std::string, std::string>>& v, const std::string& mode) {
+    return std::count_if(v.begin(), v.end(), [&](const auto& x) { return x.second == mode; });
+  };
+  for (size_t i = 0; i < only_a.size();) {  // 1. the same mode at another precision
+    const std::string& mode = only_a[i].second;
+    auto j = std::find_if(only_b.begin(), only_b.end(), [&](const auto& x) { return x.second == mode; });
+    if (j != only_b.end() && count_mode(only_a, mode) == 1 && count_mode(only_b, mode) == 1)
+      pair_up(i, static_cast<size_t>(j - only_b.begin()));
+    else
+      ++i;
+  }
+  if (only_a.size() == 1 && only_b.size() == 1) pair_up(0, 0);  // 2. one mode or endpoint for another
+
   using Key = std::tuple<std::string, std::string, std::string>;
-  auto key = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision)}; };
+  auto key_a = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, m.mode_of(c.mode, c.precision)}; };
+  auto key_b = [&](const CaseResult& c) { return Key{c.prompt_id, c.decoding_id, m.mode_of_b(c.mode, c.precision)}; };
   std::map<Key, const CaseResult*> in_b;
-  for (const auto& c : b.cases) in_b[key(c)] = &c;
+  for (const auto& c : b.cases) in_b[key_b(c)] = &c;
   std::set<Key> in_a;
   for (const auto& ca : a.cases) {
-    in_a.insert(key(ca));
-    auto it = in_b.find(key(ca));
+    in_a.insert(key_a(ca));
+    auto it = in_b.find(key_a(ca));
     m.cases.push_back({&ca, it == in_b.end() ? nullptr : it->second});
   }
   for (const auto& cb : b.cases)
-    if (!in_a.count(key(cb))) m.cases.push_back({nullptr, &cb});
+    if (!in_a.count(key_b(cb))) m.cases.push_back({nullptr, &cb});
   return m;
 }
 
@@ -117,13 +167,16 @@ Drift compute_drift(const AuditReport& a, const AuditReport& b) {
   auto verdict = [](const CaseResult& c) { return c.n == 0 ? std::string("reproducible") : case_verdict(c); };
   const CaseMatching m = match_cases(a, b);
   auto label = [&](const CaseResult& c) { return m.mode_of(c.mode, c.precision); };
+  auto label_b = [&](const CaseResult& c) { return m.mode_of_b(c.mode, c.precision); };
   Drift d;
   d.verdict_a = a.summary.verdict;
   d.verdict_b = b.summary.verdict;
+  d.mapped = m.mapped;
   d.config = config_drift(a, b);
+  for (const auto& x : m.mapped) d.config.push_back("cases of " + x + " compared across the change");
   for (const auto& [pa, pb] : m.cases) {
     if (!pa) {
-      d.cases.push_back({pb->prompt_id, pb->decoding_id, label(*pb), "added", {}});
+      d.cases.push_back({pb->prompt_id, pb->decoding_id, label_b(*pb), "added", {}});
       continue;
     }
     const CaseResult& ca = *pa;

@@ -169,6 +169,10 @@ void analyze_drift_size(CaseResult& cr, const std::vector<Completion>& all, cons
             d.first_divergence_completion = i;
             d.reference_token = prefix < ref.tokens.size() ? ref.tokens[prefix] : -1;
             d.divergent_token = prefix < c.tokens.size() ? c.tokens[prefix] : -1;
+            d.flip_margin.reset();
+            d.flip_margin_rel.reset();
+            if (prefix < ref.margins.size()) d.flip_margin = ref.margins[prefix];
+            if (prefix < ref.margins_rel.size()) d.flip_margin_rel = ref.margins_rel[prefix];
           }
           const size_t need = (prefix + 1) * static_cast<size_t>(ref.top_k);
           if (ref.top_k > 0 && ref.top_k == c.top_k && ref.top_ids.size() >= need && c.top_ids.size() >= need &&
@@ -262,6 +266,7 @@ void summarize_drift_size(ModeSummary& ms, const std::vector<CaseResult>& cases)
       steps += d.steps_compared;
     }
     if (d.topk_kl) md.max_topk_kl = std::max(md.max_topk_kl.value_or(0), *d.topk_kl);
+    if (d.flip_margin) md.max_flip_margin = std::max(md.max_flip_margin.value_or(0), *d.flip_margin);
     md.fragile += d.fragile.value_or(0);
     md.fragile_cases += d.status == "reproducible here, fragile";
     for (const auto& f : d.factors) {
@@ -294,6 +299,9 @@ void summarize_drift_size(ModeSummary& ms, const std::vector<CaseResult>& cases)
       std::string twhere = locate(md.factors, true);
       s += fmt::format("; tokens change in {} of {} cases{}", div_cases, cmp_cases, twhere.empty() ? "" : " " + twhere);
       if (md.max_topk_kl) s += " (top-5 KL at the first divergent step up to " + sci(*md.max_topk_kl) + ")";
+      if (md.max_flip_margin)
+        s += "; each flip was a near-tie: the reference's top-2 logit margin there was at most " +
+             sci(*md.max_flip_margin);
     }
   }
   if (md.fragile > 0)

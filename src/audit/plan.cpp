@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "repro/audit/builtin_profiles.hpp"
 #include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/rng.hpp"
@@ -129,7 +130,7 @@ void apply_profile(const ProfileSource& src, PlanOptions& o) {
   }
 }
 
-nlohmann::json plan_to_json(const PlanOptions& o) {
+nlohmann::json plan_to_json(const PlanOptions& o, bool remote) {
   nlohmann::json prompts = nlohmann::json::array(), messages = nlohmann::json::object(),
                  extras = nlohmann::json::object();
   for (const auto& p : o.prompts) {
@@ -143,6 +144,7 @@ nlohmann::json plan_to_json(const PlanOptions& o) {
   if (!messages.empty()) j["prompt_messages"] = messages;
   if (!extras.empty()) j["prompt_chat_extras"] = extras;
   for (const auto& opt : plan_options()) {
+    if (remote && opt.local_only()) continue;  // an endpoint has its own batches, kernels and precision
     nlohmann::json* cur = &j;
     for (const auto& part : split(opt.report_key, '.')) cur = &(*cur)[part];
     *cur = opt.get(o);
@@ -179,6 +181,9 @@ PlanOptions plan_from_report(const AuditReport& r) {
     static const nlohmann::json kWhole = "";
     if (!v && std::string(opt.report_key) == "shard") v = &kWhole;
     if (!v && std::string(opt.report_key) == "replicate_shards") v = &kNo;
+    // A remote run records no settings of the local engine: they keep their defaults.
+    const nlohmann::json local_default = opt.get(PlanOptions{});
+    if (!v && opt.local_only() && r.environment.is_object() && r.environment.contains("endpoints")) v = &local_default;
     if (!v && std::string(opt.report_key) == "precisions") {
       // Reports written before precisions became a plan axis ran one precision: the engine's.
       const nlohmann::json* p = r.environment.is_object() ? at_key(r.environment, "engine.precision") : nullptr;
@@ -346,6 +351,21 @@ std::string story_with_tokens(uint64_t seed, int min_tokens, const Tokenizer& to
 std::vector<Prompt> generated_prompts(int count, int min_tokens, const Tokenizer& tok) {
   std::vector<Prompt> out;
   for (int i = 0; i < count; ++i) out.push_back(prompt_from_text(story_with_tokens(static_cast<uint64_t>(i) + 1, min_tokens, tok)));
+  return out;
+}
+
+std::vector<Prompt> endpoint_long_prompts(int count) {
+  static const char* questions[] = {
+      "Question: Why did the engineer's sensor disagree with Ilse's readings on some days? Answer:",
+      "Question: What did Ilse write in the fourth column of her ledger, and why? Answer:",
+      "Question: Name three kinds of agreement a visitor might mean by an accurate clock. Answer:",
+      "Question: Retell the story in five sentences. Answer:"};
+  std::vector<Prompt> out;
+  for (int i = 0; i < count; ++i) {
+    std::string q = questions[i % 4];
+    if (i >= 4) q = "(" + std::to_string(i + 1) + ") " + q;
+    out.push_back(prompt_from_text(long_prompt_text() + "\n" + q));
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <set>
 
 #include "repro/audit/shards.hpp"
 #include "repro/common/error.hpp"
@@ -73,6 +74,13 @@ std::vector<T> as_list(const json& v) {
 }
 
 }  // namespace
+
+bool PlanOption::local_only() const {
+  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "positions", "filler_sets",
+                                              "filler_seed", "prompt_tokens", "generated_prompts", "mate_join_steps",
+                                              "mate_prompt_deltas", "long_context_model", "threads"};
+  return local.count(name) > 0;
+}
 
 // clang-format off
 const std::vector<PlanOption>& plan_options() {

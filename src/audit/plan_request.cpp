@@ -138,9 +138,13 @@ PreparedRun prepare_run(const PlanRequest& request) {
     read_file(q.sign_key, "private key (--sign-key)");
   }
   if (q.remote) {
-    if (plan.prompts.empty())
+    // Long prompts are generated to a token count with the local model's tokenizer, which an endpoint
+    // does not share: a profile's long prompts (profile long) become the shipped long text instead.
+    if (plan.prompts.empty() && q.given("--prompt-tokens"))
       throw UsageError("--prompt-tokens generates prompts with the local model's tokenizer; with --endpoint give "
-                       "the long prompts as --prompts FILE");
+                       "the long prompts as --prompts FILE, or drop --prompt-tokens: --profile long then sends the "
+                       "shipped long text (docs/examples/long-prompt.txt)");
+    if (plan.prompts.empty()) plan.prompts = endpoint_long_prompts(std::max(1, plan.generated_prompts));
     if (q.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
     if (q.given("--device") || q.given("--precision") || q.given("--precisions"))
       throw UsageError("--device and --precision(s) set the local engine; drop them with --endpoint");

@@ -90,7 +90,7 @@ void record_provenance(AuditReport& report, const PlanOptions& plan, const Model
                        const EngineSetup& engine, const std::vector<EndpointSpec>& endpoints) {
   report.created = utc_now();
   report.profile = plan.profile;
-  report.plan = plan_to_json(plan);
+  report.plan = plan_to_json(plan, !endpoints.empty());
   report.thresholds = plan.thresholds;
   report.answer_regex = plan.answer_regex;
   report.answer_json_path = plan.answer_json_path;

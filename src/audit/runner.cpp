@@ -36,12 +36,14 @@ std::string cell_key(const Completion& c) {
          (c.mate_contents.empty() ? "" : "|m" + c.mate_contents);
 }
 
-std::string progress_line(const ProgressState& p) {
-  const int width = 30;
+std::string progress_line(const ProgressState& p, int width) {
   double share = p.total_work > 0 ? static_cast<double>(p.done_work) / static_cast<double>(p.total_work) : 1.0;
   share = std::min(1.0, std::max(0.0, share));
-  std::string bar(static_cast<size_t>(width * share), '=');
-  bar.resize(width, ' ');
+  auto bar = [&](size_t w) {
+    std::string b(static_cast<size_t>(static_cast<double>(w) * share), '=');
+    b.resize(w, ' ');
+    return "[" + b + "] ";
+  };
   std::string eta = "ETA --";
   if (p.measured_work > 0 && p.measured_seconds > 0) {
     double rate = static_cast<double>(p.measured_work) / p.measured_seconds;  // tokens per second so far
@@ -49,11 +51,27 @@ std::string progress_line(const ProgressState& p) {
   } else if (p.done_work >= p.total_work) {
     eta = "ETA 0s";
   }
-  std::string line = fmt::format("[{}] {}/{} cells, {:.0f}% of tokens  {:.0f}s elapsed  {}", bar, p.done_cells,
-                                 p.total_cells, 100.0 * share, p.elapsed_s, eta);
-  if (!p.current.empty()) line += "  " + printable(p.current);  // a prompt id from a file: no raw control bytes
-  line += fmt::format("  divergent cases: {}", p.divergent_cases);
-  return line;
+  const std::string current = printable(p.current);  // a prompt id from a file: no raw control bytes
+  const std::string full = fmt::format("{}/{} cells, {:.0f}% of tokens  {:.0f}s elapsed  {}", p.done_cells,
+                                       p.total_cells, 100.0 * share, p.elapsed_s, eta);
+  const std::string divergent = fmt::format("divergent cases: {}", p.divergent_cases);
+  std::string line = bar(30) + full + (current.empty() ? "" : "  " + current) + "  " + divergent;
+  // A redraw that wraps becomes a new line each time: the line fits the terminal (width - 1 columns,
+  // so the cursor never lands in the last column). Shorter forms first drop the cell running now,
+  // then shrink the bar and the words; the counts and the ETA stay.
+  if (width <= 0 || display_width(line) < static_cast<size_t>(width)) return line;
+  const size_t cols = static_cast<size_t>(width) - 1;
+  const std::string compact = fmt::format("{}/{} {:.0f}% {} div {}", p.done_cells, p.total_cells, 100.0 * share,
+                                          eta, p.divergent_cases);
+  for (const std::string& form : {bar(30) + full + "  " + divergent, bar(20) + full + "  " + divergent,
+                                  bar(10) + compact, compact}) {
+    if (display_width(form) > cols) continue;
+    // the room left goes to the cell running now, cut to fit
+    const size_t room = cols - display_width(form);
+    if (!current.empty() && room >= 8) return form + "  " + fit_columns(current, room - 2);
+    return form;
+  }
+  return fit_columns(compact, cols);
 }
 
 namespace {
@@ -63,7 +81,8 @@ namespace {
 // at batch 64 is 64 times the work of a cell at batch 1.
 class Progress {
  public:
-  Progress(bool on, int total_cells, int64_t total_work) : on_(on && ::isatty(2)), start_(Clock::now()) {
+  Progress(bool on, int total_cells, int64_t total_work)
+      : on_(on && ::isatty(2)), start_(Clock::now()) {
     st_.total_cells = total_cells;
     st_.total_work = total_work;
   }
@@ -80,7 +99,7 @@ class Progress {
     if (st_.done_cells < st_.total_cells && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
     st_.elapsed_s = std::chrono::duration<double>(now - start_).count();
-    std::fprintf(stderr, "\r%s \x1b[K", progress_line(st_).c_str());
+    std::fprintf(stderr, "\r%s\x1b[K", progress_line(st_, terminal_columns(2)).c_str());  // a resize applies at the next redraw
     std::fflush(stderr);
     shown_ = true;
   }

@@ -6,6 +6,7 @@
 // goes only to URLs given on the command line.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -190,6 +191,23 @@ int run_canary(const CanaryOptions& o) {
     validate_plan(plan, model->config.context_length);
   }
 
+  // --precision X on a baseline that ran X among other precisions reruns X alone: the other
+  // precisions' cases were left out on purpose, not lost. (A baseline without X has its cases mapped
+  // onto X's by the case matching: a deliberate change under test.)
+  AuditReport compared = baseline;
+  if (!remote && o.given("--precision")) {
+    const std::string x = plan.precisions.front();
+    const bool has = std::any_of(baseline.cases.begin(), baseline.cases.end(),
+                                 [&](const CaseResult& c) { return c.precision == x; });
+    if (has) {
+      const size_t before = compared.cases.size();
+      std::erase_if(compared.cases, [&](const CaseResult& c) { return !c.precision.empty() && c.precision != x; });
+      if (!o.quiet && compared.cases.size() < before)
+        std::fprintf(stderr, "note: --precision %s reruns the baseline's %s cases only (%zu of %zu)\n", x.c_str(),
+                     x.c_str(), compared.cases.size(), before);
+    }
+  }
+
   AuditReport report;
   CanaryResult result;
   ReplayJob job;
@@ -203,8 +221,8 @@ int run_canary(const CanaryOptions& o) {
   job.baseline = file;
   job.quiet = o.quiet;
   job.after_analysis = [&](AuditReport& r) {
-    result = classify_canary(baseline, r);
-    return static_cast<int>(result.level);
+    result = classify_canary(compared, r);
+    return canary_exit_code(result.level);
   };
   int code = replay_and_report(job);
   if (o.out != "-") {
@@ -215,7 +233,8 @@ int run_canary(const CanaryOptions& o) {
                         {"answer_drift", result.answer_drift},
                         {"answer_preserving", result.answer_preserving},
                         {"bit_drift", result.bit_drift},
-                        {"alarms", result.alarms}};
+                        {"alarms", result.alarms},
+                        {"mapped", result.mapped}};
     std::string path = (fs::path(o.out) / "canary.json").string();
     write_file_atomic(path, j.dump(2) + "\n");
   }
@@ -229,7 +248,7 @@ void setup_canary(CLI::App& parent, Runner& runner) {
   auto o = std::make_shared<CanaryOptions>();
   auto* s = parent.add_subcommand(
       "canary", "Re-run a baseline's plan and classify it GREEN (identical), YELLOW (bit-level or answer-preserving "
-                "drift) or RED (token/answer drift, model changed); exit 0/1/2");
+                "drift) or RED (token/answer drift, model changed); exit 0/1/5 (2: usage error)");
   o->app = s;
   s->add_option("--baseline", o->baseline, "The baseline: a run's --out directory or its report.json")->required();
   s->add_option("--out", o->out, "Report directory of the rerun ('-' = stdout), not the baseline's; canary.json is "

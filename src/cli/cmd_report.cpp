@@ -35,7 +35,7 @@ int run_report(const ReportOptions& o) {
     std::fprintf(stderr, "report '%s': digest OK\n", o.input.c_str());
   }
   if (o.formats.empty() && o.out.empty()) {
-    write_text(to_terminal(r), stdout);
+    write_text(to_terminal(r, terminal_columns(1)), stdout);
     return kExitOk;
   }
   auto formats = parse_formats(o.formats.empty() ? "json,md,html,junit" : o.formats);

@@ -108,7 +108,7 @@ int run_report_merge(const MergeOptions& o) {
   std::FILE* term = stdout_taken ? stderr : stdout;
   const MergeInfo& mi = *merged.merge;
   if (!o.quiet) {
-    write_text(to_terminal(merged), term);
+    write_text(to_terminal(merged, terminal_columns(fileno(term))), term);
     for (const auto& s : mi.shards)
       std::fprintf(term, "shard %d/%d: %s (sha256 %s), host %s, %d cases\n", s.index, mi.count, s.file.c_str(),
                    s.report_sha256.substr(0, 12).c_str(), s.host.hostname.c_str(), s.cases);

@@ -71,7 +71,7 @@ int run_run(const RunOptions& o) {
   if (o.dry_run) {  // the assignment of cases to shards; nothing runs, nothing is written
     std::vector<std::string> labels;
     for (const auto& e : run.endpoints) labels.push_back(e.label);
-    const std::string digest = plan_digest(plan_to_json(run.plan), prompts_digest(run.plan.prompts));
+    const std::string digest = plan_digest(plan_to_json(run.plan, !run.endpoints.empty()), prompts_digest(run.plan.prompts));
     std::string text = assignment_text(run.plan, labels, digest);
     if (run.shard.count > 0) text = "shard " + shard_text(run.shard) + " from " + run.shard.source + "\n" + text;
     std::fputs(text.c_str(), stdout);
@@ -111,7 +111,7 @@ void setup_run(CLI::App& parent, Runner& runner) {
   engine_spec.chat_template = true;
   engine_spec.stop_token = true;
   add_engine_flags(*s, o->engine, engine_spec);
-  s->add_option("--profile", o->profile, "Profile name (quick, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
+  s->add_option("--profile", o->profile, "Profile name (quick, demo, ci, batch-sweep, sampling, long, compliance, tradeoff) or JSON path")
       ->capture_default_str();
   s->add_option("--prompt", o->prompts, "Prompt text (repeatable)");
   s->add_option("--prompts", o->prompts_file, "Prompts file: .txt (one per line), .jsonl ({id, prompt} or {id, messages}; variants of a task: {task, variant, prompt|messages}, compared in the report) or OpenAI Batch API input");

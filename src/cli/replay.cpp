@@ -207,7 +207,7 @@ int replay_and_report(ReplayJob& job) {
     std::fprintf(stderr, "warning: --baseline '%s': its content does not match its recorded digest; it was edited "
                  "after it was written\n", job.baseline.c_str());
   if (!job.quiet) {
-    write_text(to_terminal(report), term);
+    write_text(to_terminal(report, terminal_columns(fileno(term))), term);
     for (const auto& w : written)
       if (w != "-") std::fprintf(term, "wrote %s\n", w.c_str());
     if (report.shard)

@@ -1,6 +1,7 @@
 #include "repro/common/util.hpp"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -197,6 +198,68 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     ::unlink(tmp.data());
     throw UsageError("cannot write '" + path + "': " + std::strerror(e) + "; check the directory permissions");
   }
+}
+
+int terminal_columns(int fd) {
+  if (const char* env = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 20 && v <= 1000) return static_cast<int>(v);
+  }
+  struct winsize ws {};
+  if (::isatty(fd) && ::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+  return 0;
+}
+
+size_t display_width(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string fit_columns(std::string_view s, size_t cols) {
+  if (display_width(s) <= cols) return std::string(s);
+  if (cols < 3) return std::string(cols, '.');
+  size_t keep = cols - 3, chars = 0, i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (chars == keep) break;
+      ++chars;
+    }
+  }
+  return std::string(s.substr(0, i)) + "...";
+}
+
+std::string wrap_words(std::string_view text, size_t cols, std::string_view indent) {
+  if (cols == 0) return std::string(text);
+  std::string out;
+  const size_t first = text.find_first_not_of(' ');
+  const std::string lead(text.substr(0, first == std::string_view::npos ? 0 : first));  // kept on the first line
+  std::string line = lead;
+  std::vector<std::string> words;
+  for (const std::string& w : split(text, ' ')) {
+    if (w.empty()) continue;
+    // a word longer than a line (a path, a hash) is broken where the line ends
+    std::string_view rest = w;
+    const size_t margin = std::max(indent.size(), lead.size());
+    const size_t room = cols > margin + 1 ? cols - margin : 1;
+    while (display_width(rest) > room) {
+      size_t i = 0, chars = 0;
+      for (; i < rest.size(); ++i)
+        if ((static_cast<unsigned char>(rest[i]) & 0xC0) != 0x80 && chars++ == room) break;
+      words.emplace_back(rest.substr(0, i));
+      rest = rest.substr(i);
+    }
+    words.emplace_back(rest);
+  }
+  for (const std::string& w : words) {
+    if (line != lead && line != indent && display_width(line) + 1 + display_width(w) > cols) {
+      out += line + "\n";
+      line = std::string(indent);
+    }
+    line += (line == lead || line == indent ? "" : " ") + w;
+  }
+  return out + line;
 }
 
 std::string printable(std::string_view s) {

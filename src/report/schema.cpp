@@ -277,6 +277,8 @@ void describe(V& v, T& x) {
   v("topk_kl", x.topk_kl);
   v("fragile", x.fragile);
   v("min_margin_rel", x.min_margin_rel);
+  v("flip_margin", x.flip_margin);
+  v("flip_margin_rel", x.flip_margin_rel);
   v("status", x.status);
   v("factors", x.factors);
 }
@@ -289,6 +291,7 @@ void describe(V& v, T& x) {
   v("max_dlogprob", x.max_dlogprob);
   v("mean_dlogprob", x.mean_dlogprob);
   v("max_topk_kl", x.max_topk_kl);
+  v("max_flip_margin", x.max_flip_margin);
   v("fragile", x.fragile);
   v("fragile_cases", x.fragile_cases);
   v("factors", x.factors);

@@ -76,22 +76,108 @@ std::string upper(std::string s) {
   for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   return s;
 }
-// A plain-text table with aligned columns, indented by two spaces.
-std::string aligned(const TextTable& t) {
+// The width the terminal summary is laid out for (0: no limit); set by to_terminal.
+thread_local size_t g_width = 0;
+
+size_t table_width(const TextTable& t, std::vector<size_t>* widths = nullptr) {
   std::vector<size_t> w(t.head.size(), 0);
   auto widen = [&](const std::vector<std::string>& row) {
-    for (size_t i = 0; i < row.size() && i < w.size(); ++i) w[i] = std::max(w[i], row[i].size());
+    for (size_t i = 0; i < row.size() && i < w.size(); ++i) w[i] = std::max(w[i], display_width(row[i]));
   };
   widen(t.head);
   for (const auto& row : t.rows) widen(row);
+  size_t total = 0;
+  for (size_t x : w) total += 2 + x;
+  if (widths) *widths = w;
+  return total;
+}
+
+// A table too wide for the terminal, as one record per row: the first cell, then "head value"
+// pairs, wrapped at the terminal's width.
+std::string records(const TextTable& t, size_t width) {
+  std::string o;
+  for (const auto& row : t.rows) {
+    std::string line = "  " + (row.empty() ? std::string() : row[0]) + ":";
+    for (size_t i = 1; i < row.size() && i < t.head.size(); ++i)
+      if (!row[i].empty() && row[i] != "-") line += " " + t.head[i] + " " + row[i] + (i + 1 < row.size() ? "," : "");
+    if (!line.empty() && line.back() == ',') line.pop_back();
+    o += wrap_words(line, width, "      ") + "\n";
+  }
+  return o;
+}
+
+// A plain-text table with aligned columns, indented by two spaces; wider than the terminal, one
+// record per row instead (a wrapped table row is unreadable).
+std::string aligned(const TextTable& t) {
+  std::vector<size_t> w;
+  const size_t total = table_width(t, &w);
+  if (g_width > 0 && total >= g_width) return records(t, g_width - 1);
   auto line = [&](const std::vector<std::string>& row) {
     std::string l;
-    for (size_t i = 0; i < row.size() && i < w.size(); ++i) l += "  " + row[i] + std::string(w[i] - row[i].size(), ' ');
+    for (size_t i = 0; i < row.size() && i < w.size(); ++i)
+      l += "  " + row[i] + std::string(w[i] - display_width(row[i]), ' ');
     while (!l.empty() && l.back() == ' ') l.pop_back();
     return l + "\n";
   };
   std::string o = line(t.head);
   for (const auto& row : t.rows) o += line(row);
+  return o;
+}
+
+// The mode table: every column where the terminal has room; narrower, the columns of least weight
+// go first (named below the table), and below the width of the essential ones, one record per mode.
+std::string mode_table(const AuditReport& r) {
+  TextTable t;
+  t.head = {"mode", "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
+            "fragile", "errors", "verdict", "gate"};
+  for (const auto& m : r.summary.modes) {
+    const ModeDriftSize& d = m.drift_size;
+    t.rows.push_back({mode_label(m.mode, m.precision), std::to_string(m.cases), fmt_percent(m.tarr_rate),
+                      fmt::format("{:.2f}", m.mean_unique), fmt_percent(m.bit_divergent_share),
+                      std::to_string(m.divergent_cases),
+                      m.throughput_ratio && m.throughput_ratio_n > 0
+                          ? fmt::format("{:.2f}x±{:.2f}", *m.throughput_ratio, m.throughput_ratio_sd.value_or(0))
+                          : "not meas.",
+                      fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
+                      std::to_string(d.fragile),
+                      m.failed_requests > m.errors ? fmt::format("{}+{}", m.errors, m.failed_requests - m.errors)
+                                                   : std::to_string(m.errors),
+                      m.verdict, m.gate.empty() ? (m.gated ? "" : "not gated") : m.gate});
+  }
+  if (g_width == 0 || table_width(t) < g_width) return aligned(t);
+  // least weight first; mode, TARr@N, divergent, verdict and gate always stay
+  std::vector<std::string> dropped;
+  for (const char* col : {"fragile", "|dlogprob|", "mean unique", "tok!=ref", "errors", "cases", "tok/s ratio",
+                          "bit-div"}) {
+    auto it = std::find(t.head.begin(), t.head.end(), col);
+    const size_t i = static_cast<size_t>(it - t.head.begin());
+    dropped.push_back(col);
+    t.head.erase(it);
+    for (auto& row : t.rows) row.erase(row.begin() + static_cast<std::ptrdiff_t>(i));
+    if (table_width(t) < g_width) break;
+  }
+  std::string out = aligned(t);  // records, if even the essential columns do not fit
+  std::string names;
+  for (const auto& d : dropped) names += (names.empty() ? "" : ", ") + d;
+  return out + wrap_words("  (" + std::to_string(g_width) + " columns: " + names +
+                              " left out; a wider terminal or report.md shows them)",
+                          g_width - 1, "   ") +
+         "\n";
+}
+
+// What the terminal's short names mean, in words (report.md has the full glossary).
+std::string legend(const std::string& shown) {
+  std::vector<std::string> lines = {
+      "TARr@N: the share of cases whose N replays were all identical, token for token.",
+      "bit-div: the share of cases whose replays differ in any bit (final logits, logprobs), even with the same "
+      "tokens."};
+  if (shown.find("tok!=ref") != std::string::npos)
+    lines.push_back("tok!=ref: completions whose tokens differ from the reference context (batch 1, first position).");
+  if (shown.find(" -> below ") != std::string::npos)
+    lines.push_back("\"0 of 3 -> below 56%\": none of 3 completions showed it, and with 95% confidence its true rate "
+                    "is below 56%; more replays narrow that bound.");
+  std::string o;
+  for (const auto& l : lines) o += wrap_words("  " + l, g_width > 0 ? g_width - 1 : 0, "    ") + "\n";
   return o;
 }
 
@@ -211,24 +297,7 @@ std::string to_terminal_raw(const AuditReport& r) {
     if (!b.ungated.empty()) out += "  not gated: " + b.ungated + "\n";
   }
   if (std::string note = model_switch_note(r.environment); !note.empty()) out += "note: " + note + "\n";
-  out += fmt::format("{:<24} {:>6} {:>8} {:>12} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n", "mode",
-                     "cases", "TARr@N", "mean unique", "bit-div", "divergent", "tok/s ratio", "|dlogprob|", "tok!=ref",
-                     "fragile", "errors", "verdict", "gate");
-  for (const auto& m : s.modes) {
-    const ModeDriftSize& d = m.drift_size;
-    out += fmt::format("{:<24} {:>6} {:>8} {:>12.2f} {:>9} {:>10} {:>12} {:>10} {:>10} {:>8} {:>7}  {:<13} {}\n",
-                       mode_label(m.mode, m.precision),
-                       m.cases, fmt_percent(m.tarr_rate), m.mean_unique, fmt_percent(m.bit_divergent_share),
-                       m.divergent_cases,
-                       m.throughput_ratio && m.throughput_ratio_n > 0
-                           ? fmt::format("{:.2f}x±{:.2f}", *m.throughput_ratio, m.throughput_ratio_sd.value_or(0))
-                           : "not meas.",
-                       fmt_dlogprob(d.max_dlogprob), fmt::format("{}/{}", d.token_differ.k, d.token_differ.n),
-                       d.fragile,
-                       m.failed_requests > m.errors ? fmt::format("{}+{}", m.errors, m.failed_requests - m.errors)
-                                                    : std::to_string(m.errors),
-                       m.verdict, m.gate.empty() ? (m.gated ? "" : "not gated") : m.gate);
-  }
+  out += mode_table(r);
   for (const auto& m : s.modes)
     if (!m.drift_size.finding.empty()) out += "finding: " + m.drift_size.finding + "\n";
   out += structured_terminal(r);
@@ -237,24 +306,24 @@ std::string to_terminal_raw(const AuditReport& r) {
     out += fmt::format("trade-off{}: throughput vs default (mean ±sd over n cells), reproducibility; all measured "
                        "in this run\n",
                        prec.empty() ? "" : " (" + prec + ")");
-    out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", "approach", "throughput", "N", "TARr@N",
-                       "TARa@N", "tok!=ref", "|dlogprob|");
-    for (const auto& t : r.tradeoff) {
-      if (!t.measured) {
-        out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", t.approach, "not measured", "-",
-                           "-", "-", "-", "-");
+    TextTable t;  // fits the terminal like every table here (aligned: one record per row when too wide)
+    t.head = {"approach", "throughput", "N", "TARr@N", "TARa@N", "tok!=ref", "|dlogprob|"};
+    for (const auto& a : r.tradeoff) {
+      if (!a.measured) {
+        t.rows.push_back({a.approach, "not measured", "-", "-", "-", "-", "-"});
         continue;
       }
-      const std::string speed = t.speed_mean ? fmt::format("{:.2f}x ±{:.2f} (n {})", *t.speed_mean,
-                                                           t.speed_sd.value_or(0), t.speed_n)
+      const std::string speed = a.speed_mean ? fmt::format("{:.2f}x ±{:.2f} (n {})", *a.speed_mean,
+                                                           a.speed_sd.value_or(0), a.speed_n)
                                              : "not measured";
-      const std::string n = t.n_min == t.n_max ? std::to_string(t.n_min) : fmt::format("{}-{}", t.n_min, t.n_max);
+      const std::string n = a.n_min == a.n_max ? std::to_string(a.n_min) : fmt::format("{}-{}", a.n_min, a.n_max);
       auto share = [](const Rate& q) { return q.n > 0 ? fmt::format("{}/{}", q.k, q.n) : std::string("-"); };
-      out += fmt::format("{:<20} {:>22} {:>5} {:>10} {:>12} {:>12} {:>12}\n", t.approach, speed, n,
-                         t.tarr.n > 0 ? fmt_percent(static_cast<double>(t.tarr.k) / t.tarr.n) : "-",
-                         t.tara ? fmt_percent(static_cast<double>(t.tara->k) / std::max(1, t.tara->n)) : "no extractor",
-                         share(t.token_differ), fmt_dlogprob(t.max_dlogprob));
+      t.rows.push_back({a.approach, speed, n,
+                        a.tarr.n > 0 ? fmt_percent(static_cast<double>(a.tarr.k) / a.tarr.n) : "-",
+                        a.tara ? fmt_percent(static_cast<double>(a.tara->k) / std::max(1, a.tara->n)) : "no extractor",
+                        share(a.token_differ), fmt_dlogprob(a.max_dlogprob)});
     }
+    out += aligned(t);
   }
   if (!r.advice.empty()) {  // what to do (computed by compute_advice, src/audit/advice.cpp)
     out += "what to do:\n";
@@ -291,13 +360,25 @@ std::string to_terminal_raw(const AuditReport& r) {
   list("cases with no answer (the extractor matched none of their identical outputs):\n",
        [](const CaseResult& c) { return c.no_answer; });
   if (r.baseline) out += baseline_text(*r.baseline);
-  return out;
+  return out + "in words:\n" + legend(out);
 }
 }  // namespace
 
 // Prompt ids, task and variant names, endpoint labels and error texts come from files and servers:
 // a control byte among them (ESC [ ... rewrites the screen) is shown as \xNN, never sent raw.
-std::string to_terminal(const AuditReport& r) { return printable_lines(to_terminal_raw(r)); }
+std::string to_terminal(const AuditReport& r, int width) {
+  g_width = width > 0 ? static_cast<size_t>(width) : 0;
+  std::string out = printable_lines(to_terminal_raw(r));
+  if (g_width > 0) {  // tables fit already; any other line too long is wrapped at spaces, never by the terminal
+    std::string fitted;
+    for (const std::string& line : split(out, '\n'))
+      fitted += (display_width(line) < g_width ? line : wrap_words(line, g_width - 1, "    ")) + "\n";
+    out = fitted;
+    if (!out.empty()) out.pop_back();  // split gave one more (empty) piece after the last line break
+  }
+  g_width = 0;
+  return out;
+}
 
 std::string baseline_text(const BaselineResult& b) {
   std::string out;

@@ -17,7 +17,9 @@
 // more per side give it useful power).
 //
 // Matching. Cases are matched by (prompt, decoding, mode or endpoint) as `diff` and `run --baseline`
-// match them (match_cases, repro/audit/compare.hpp). Token drift compares the set
+// match them (match_cases, repro/audit/compare.hpp), across a deliberate change too: `--precision
+// bf16` on an f32 baseline compares each mode's bf16 cases with its f32 ones, and says so.
+// Token drift names where the majority outputs part, as text ("... the dog| ran" -> "... the dog| sat"). Token drift compares the set
 // of distinct token outputs of a case (and the set of extracted answers), not completion by
 // completion, so an endpoint that was already nondeterministic in the baseline is not flagged as long
 // as it produces the same outputs. Bits are compared completion by completion in the same context
@@ -40,9 +42,12 @@ struct CanaryResult {
   int cases_compared = 0;
   int token_drift = 0, answer_drift = 0, answer_preserving = 0, bit_drift = 0;
   int distribution_tests = 0;       // sampled cases compared as distributions
+  std::vector<std::string> mapped;  // modes compared across a deliberate change ("default (f32) -> default (bf16)")
 };
 
 const char* canary_level_name(CanaryLevel l);  // "GREEN", "YELLOW", "RED"
+// The exit status of a level: GREEN 0, YELLOW 1, RED 5 (kExitCanaryRed; 2 stays a usage error).
+int canary_exit_code(CanaryLevel l);
 
 // Classifies `rerun` (analysed) against `baseline` (analysed, as loaded from its report.json).
 CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rerun);

@@ -7,6 +7,7 @@
 // Not to be confused with the drift *size* of a completion against the reference context of its own
 // run (include/repro/audit/drift_size.hpp).
 #pragma once
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,11 +24,21 @@ struct MatchedCase {
   const CaseResult* a = nullptr;  // null: the case is only in B
   const CaseResult* b = nullptr;  // null: the case is only in A
 };
+// A deliberate change of configuration (`canary --precision bf16`, another mode, a renamed endpoint)
+// changes a case's mode label; the cases are mapped across it instead of counting as removed and
+// added. Of the labels only one run has, A's label L and B's label M are paired when
+//   1. L and M are the same mode at other precisions and neither has another candidate, or
+//   2. exactly one such label is left in each run (a mode or endpoint swapped for another).
+// Anything else stays unmatched (removed / added), as a guess would compare unrelated cases.
 struct CaseMatching {
   bool with_precision = false;
   std::vector<MatchedCase> cases;  // A's cases in A's order, then B's cases that A lacks in B's order
+  std::map<std::string, std::string> b_to_a;  // B's mode label -> A's, for the labels mapped across a change
+  std::vector<std::string> mapped;            // "default (f32) -> default (bf16)", one per pair, A's order
   // The mode as the matching names it: mode_label(mode, precision), or the mode alone.
   std::string mode_of(const std::string& mode, const std::string& precision) const;
+  // A mode of run B named as its counterpart in run A (the same name unless mapped across a change).
+  std::string mode_of_b(const std::string& mode, const std::string& precision) const;
 };
 CaseMatching match_cases(const AuditReport& a, const AuditReport& b);
 
@@ -39,6 +50,7 @@ struct CaseDrift {
 };
 struct Drift {
   std::string verdict_a, verdict_b;
+  std::vector<std::string> mapped;  // modes compared across a deliberate change (CaseMatching::mapped)
   std::vector<std::string> config;  // configuration differences (model/profile/prompts digests, endpoints, plan fields)
   std::vector<CaseDrift> cases;    // in A's case order, then added cases in B's order
   int unchanged = 0;

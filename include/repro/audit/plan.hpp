@@ -86,7 +86,9 @@ ProfileSource find_profile(const std::string& name_or_path);   // UsageError lis
 void apply_profile(const ProfileSource& src, PlanOptions& o);
 // The report's "plan" block: profile, prompt_ids and every option of the plan option table
 // (repro/audit/plan_options.hpp) under its report key.
-nlohmann::json plan_to_json(const PlanOptions& o);
+// `remote`: a run against endpoints, whose plan block leaves out the local-only options
+// (PlanOption::local_only).
+nlohmann::json plan_to_json(const PlanOptions& o, bool remote = false);
 // Restores the plan a report was made with (for --resume): every option from the plan block, through
 // the same checks as a profile; the prompts' texts from report.prompts. UsageError when a key is
 // missing or invalid.
@@ -122,6 +124,9 @@ nlohmann::json json_schema_of(const PlanOptions& o);
 // least min_tokens tokens (BOS included), so the same model always gets the same prompts.
 std::string story_text(uint64_t seed, int sentences);
 std::vector<Prompt> generated_prompts(int count, int min_tokens, const Tokenizer& tok);
+// The long prompts for endpoints (no local tokenizer to count tokens with): `count` prompts, each the
+// shipped long text (long_prompt_text) followed by its own question, so they share the long prefix.
+std::vector<Prompt> endpoint_long_prompts(int count);
 // Exactly n token ids (BOS first) of the story of `seed`: the prompt of a long batch mate.
 std::vector<int> story_tokens(uint64_t seed, int n, const Tokenizer& tok);
 

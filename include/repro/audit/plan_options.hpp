@@ -40,6 +40,10 @@ struct PlanOption {
 
   // The flag's long name ("--repeats").
   std::string flag_name() const;
+  // Settings of the local engine only (modes, precisions, batch sizes, positions, fillers, batch
+  // mates, generated prompts, threads): a remote run's report leaves them out of its plan block, and
+  // reading that block back gives them their defaults.
+  bool local_only() const;
 };
 
 // Every plan option, in the order of `run --help`.

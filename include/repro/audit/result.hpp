@@ -183,6 +183,9 @@ struct DriftSize {
   std::optional<double> topk_kl;  // largest top-k KL(reference || other) at the first divergent step
   std::optional<int> fragile;     // reference steps with relative top-2 margin < fragile_margin
   std::optional<double> min_margin_rel;               // smallest relative top-2 margin of the reference
+  // the reference's top-2 logit margin (absolute, relative) at the first divergent step: how near a
+  // tie the token that flipped was; unset without a token divergence or recorded margins
+  std::optional<double> flip_margin, flip_margin_rel;
   std::string status;             // "reproducible", "bit-divergent", "reproducible here, fragile", "token-divergent"
   std::vector<DriftFactor> factors;  // factors that vary inside the case
 };
@@ -270,6 +273,7 @@ struct ModeDriftSize {
   Rate token_divergent_cases;     // cases where some completion's tokens differ from the reference
   std::optional<double> max_dlogprob, mean_dlogprob;  // per-step |delta logprob| of chosen tokens
   std::optional<double> max_topk_kl;                  // largest top-k KL at a first divergent step
+  std::optional<double> max_flip_margin;              // the widest top-2 logit margin a flip crossed
   int fragile = 0;                // fragile steps over the cases' references
   int fragile_cases = 0;          // cases "reproducible here, fragile"
   std::vector<DriftFactor> factors;   // summed over the mode's cases

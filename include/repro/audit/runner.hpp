@@ -57,6 +57,7 @@ struct ProgressState {
   std::string current;
   int divergent_cases = 0;
 };
-std::string progress_line(const ProgressState& p);
+// `width`: the terminal's columns (0 = no limit); the line then takes at most width - 1 of them.
+std::string progress_line(const ProgressState& p, int width = 0);
 
 }  // namespace repro

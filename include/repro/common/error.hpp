@@ -12,6 +12,7 @@ enum ExitCode : int {
   kExitUsage = 2,        // usage error or bad input
   kExitBackend = 3,      // backend failure (engine, endpoint)
   kExitUnverified = 4,   // a gated endpoint is UNVERIFIED: no probe shared the server with another request
+  kExitCanaryRed = 5,    // `canary`: RED (its own code, so a scheduled job tells it from a typo, exit 2)
   kExitInterrupted = 130, // Ctrl-C (SIGINT); what was finished is still written
   kExitTerminated = 143   // SIGTERM, handled like SIGINT
 };

@@ -55,6 +55,18 @@ std::string printable_lines(std::string_view s);
 // Writes all of `s` to `f` (fputs would stop at a NUL byte); errors show in ferror(f).
 void write_text(std::string_view s, std::FILE* f);
 
+// Width of the terminal that output to `fd` reaches, in columns: $COLUMNS when it holds a number
+// from 20 to 1000 (so a user, a test or a script can set it), else the terminal's own width
+// (TIOCGWINSZ) when `fd` is a terminal, else 0: not a terminal, no limit.
+int terminal_columns(int fd);
+// Columns `s` takes on a terminal: one per UTF-8 character (continuation bytes take none).
+size_t display_width(std::string_view s);
+// `s` cut to at most `cols` columns at a character boundary, "..." marking the cut (cols >= 3).
+std::string fit_columns(std::string_view s, size_t cols);
+// `text` broken at spaces into lines of at most `cols` columns, each line after the first starting
+// with `indent`; cols 0 keeps one line.
+std::string wrap_words(std::string_view text, size_t cols, std::string_view indent = "");
+
 std::vector<std::string> split(std::string_view s, char sep);
 std::string trim(std::string_view s);
 // The candidate closest to `word` (Levenshtein) when it is close enough to be a typo, else "".

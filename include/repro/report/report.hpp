@@ -36,7 +36,9 @@ bool verify_report_digest(const std::string& text, std::string* stored = nullptr
 std::string to_markdown(const AuditReport& report);  // src/report/markdown.cpp
 std::string to_html(const AuditReport& report);      // src/report/html.cpp: one file, no network
 std::string to_junit(const AuditReport& report);     // src/report/junit.cpp: one testcase per case
-std::string to_terminal(const AuditReport& report);  // src/report/terminal.cpp: short summary table
+// src/report/terminal.cpp: the short summary; `width`: the terminal's columns (0 = no limit): tables
+// too wide drop their least important columns or become one record per row.
+std::string to_terminal(const AuditReport& report, int width = 0);
 
 // Formats accepted by write_reports / --format: json, md (or markdown), html, junit. A format may
 // name its own path as FORMAT=PATH (PATH "-" is stdout); otherwise it is written to
