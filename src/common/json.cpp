@@ -13,12 +13,12 @@ namespace repro {
 
 namespace {
 
-using json = nlohmann::json;
-using DomParser = nlohmann::detail::json_sax_dom_parser<json>;
 
 // A SAX handler that builds the value with nlohmann's own DOM builder and stops the parse at the
 // first container past the depth limit or the first repeated key. The parser never recursed; this
-// keeps everything after it from recursing too deep.
+// keeps everything after it from recursing too deep. `json` is nlohmann::json (keys sorted) or
+// nlohmann::ordered_json (keys in the document's order).
+template <class json>
 class BoundedSax {
  public:
   BoundedSax(json& out, JsonLimits limits) : dom_(out, false), limits_(limits) {}
@@ -87,22 +87,22 @@ class BoundedSax {
     return k.size() > 64 ? s + "..." : s;
   }
 
-  DomParser dom_;
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
   JsonLimits limits_;
   int depth_ = 0;
   std::vector<std::unordered_set<std::string>> keys_;
   std::string error_;
 };
 
-}  // namespace
 
-bool parse_json(std::string_view text, json& out, std::string* error, JsonLimits limits) {
+template <class json>
+bool parse_any(std::string_view text, json& out, std::string* error, JsonLimits limits) {
   json value;
-  BoundedSax sax(value, limits);
+  BoundedSax<json> sax(value, limits);
   bool ok = false;
   try {
     ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, true);
-  } catch (const json::exception& e) {
+  } catch (const typename json::exception& e) {
     // The DOM builder never throws with exceptions off; keep the promise of no throw anyway.
     if (error) *error = e.what();
     out = nullptr;
@@ -117,16 +117,34 @@ bool parse_json(std::string_view text, json& out, std::string* error, JsonLimits
   return true;
 }
 
-json parse_json_or_throw(std::string_view text, const std::string& what, JsonLimits limits) {
-  json v;
+}  // namespace
+
+bool parse_json(std::string_view text, nlohmann::json& out, std::string* error, JsonLimits limits) {
+  return parse_any(text, out, error, limits);
+}
+
+bool parse_json(std::string_view text, nlohmann::ordered_json& out, std::string* error, JsonLimits limits) {
+  return parse_any(text, out, error, limits);
+}
+
+nlohmann::json parse_json_or_throw(std::string_view text, const std::string& what, JsonLimits limits) {
+  nlohmann::json v;
   std::string err;
   if (!parse_json(text, v, &err, limits)) throw UsageError(what + ": " + err);
   return v;
 }
 
-int json_depth(const json& v) {
+nlohmann::ordered_json parse_ordered_json_or_throw(std::string_view text, const std::string& what,
+                                                   JsonLimits limits) {
+  nlohmann::ordered_json v;
+  std::string err;
+  if (!parse_json(text, v, &err, limits)) throw UsageError(what + ": " + err);
+  return v;
+}
+
+int json_depth(const nlohmann::json& v) {
   int deepest = 0;
-  std::vector<std::pair<const json*, int>> todo{{&v, 0}};
+  std::vector<std::pair<const nlohmann::json*, int>> todo{{&v, 0}};
   while (!todo.empty()) {
     auto [p, d] = todo.back();
     todo.pop_back();
