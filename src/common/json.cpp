@@ -20,23 +20,29 @@ namespace {
 // nlohmann::ordered_json (keys in the document's order).
 template <class json>
 class BoundedSax {
+  using number_integer_t = typename json::number_integer_t;
+  using number_unsigned_t = typename json::number_unsigned_t;
+  using number_float_t = typename json::number_float_t;
+  using string_t = typename json::string_t;
+  using binary_t = typename json::binary_t;
+
  public:
   BoundedSax(json& out, JsonLimits limits) : dom_(out, false), limits_(limits) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
-  bool string(json::string_t& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool string(string_t& v) { return dom_.string(v); }
+  bool binary(binary_t& v) { return dom_.binary(v); }
 
   bool start_object(std::size_t n) {
     if (!enter()) return false;
     if (limits_.unique_keys) keys_.emplace_back();
     return dom_.start_object(n);
   }
-  bool key(json::string_t& k) {
+  bool key(string_t& k) {
     if (limits_.unique_keys && !keys_.back().insert(k).second) {
       error_ = fmt::format("the key \"{}\" appears twice in one object", printable(k));
       return false;
