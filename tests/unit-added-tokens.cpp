@@ -11,6 +11,8 @@
 #include "repro/common/util.hpp"
 #include "repro/model/model.hpp"
 #include "repro/serve/api.hpp"
+#include "repro/engine/engine.hpp"
+#include "repro/serve/server.hpp"
 #include "repro/tokenizer/tokenizer.hpp"
 #include "test_gguf.hpp"
 #include "test_util.hpp"
@@ -157,4 +159,65 @@ TEST_CASE("added tokens: run --parse-special encodes completion prompts so, and 
   CHECK(special["plan"]["parse_special"] == true);
   REQUIRE(!special["completions"].empty());
   for (const auto& c : special["completions"]) CHECK(c["prompt_tokens"] == 3);  // <|im_start|>, Hello, <think>
+  // The report records the ids the engine was given under each rule.
+  REQUIRE(special["prompt_token_ids"].size() == 1);
+  CHECK(special["prompt_token_ids"].begin().value() == nlohmann::json(Ids{IMSTART, Hello, THINK}));
+  CHECK(plain["prompt_token_ids"].begin().value().size() == 14);
+}
+
+TEST_CASE("added tokens: an endpoint's special-token rule (preset or --endpoint-parse-special) is recorded and compared") {
+  const auto path = test::scratch_dir("added-tokens-endpoint") / "m.gguf";
+  write_file_atomic(path.string(), test::bpe_model(added_data(), true));
+  auto model = load_model(path.string());
+  ServerOptions so;
+  so.port = 0;
+  so.parse_special = true;  // the server matches control-token text, as vLLM's /v1/completions does
+  Server server(*model, {Mode::BatchInvariant, 1}, so);
+  server.start();
+  const std::string remote = "run --quiet --endpoint srv=" + server.url() + " --api-model " + server.model_name() +
+                             " --api completions --provider vllm --concurrency 1 --repeats 1 --max-tokens 2 "
+                             "--prompt '<|im_start|>Hello<think>' ";
+  auto report = [&](const std::string& name, const std::string& extra) {
+    const auto out = test::scratch_dir("added-tokens-endpoint-" + name) / "out";
+    const auto r = test::run_cli(remote + "--out '" + out.string() + "' " + extra);
+    INFO(r.output);
+    REQUIRE(r.code == 4);  // concurrency 1 only: UNVERIFIED (nothing was co-batched), the report is written
+    return out;
+  };
+  // The vllm preset's rule: special-token text is parsed; the server indeed gave 3 prompt tokens.
+  const auto preset = report("preset", "");
+  auto j = nlohmann::json::parse(test::slurp(preset / "report.json"));
+  CHECK(j["environment"]["endpoints"][0]["parse_special"] == "yes");
+  CHECK(j["environment"]["endpoints"][0]["parse_special_source"] == "preset vllm");
+  REQUIRE(!j["completions"].empty());
+  for (const auto& c : j["completions"]) CHECK(c["prompt_tokens"] == 3);
+  // Declared per endpoint.
+  j = nlohmann::json::parse(test::slurp(report("declared", "--endpoint-parse-special srv=no") / "report.json"));
+  CHECK(j["environment"]["endpoints"][0]["parse_special"] == "no");
+  CHECK(j["environment"]["endpoints"][0]["parse_special_source"] == "--endpoint-parse-special");
+  auto r = test::run_cli(remote + "--endpoint-parse-special other=yes --out '" +
+                         (test::scratch_dir("added-tokens-endpoint-bad") / "o").string() + "'");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--endpoint-parse-special 'other=yes': no --endpoint is labelled 'other'") != std::string::npos);
+  r = test::run_cli(remote + "--endpoint-parse-special maybe");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("give yes or no") != std::string::npos);
+  // --parse-special is the local engine's rule: refused with --endpoint, and the other way round.
+  r = test::run_cli(remote + "--parse-special");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("declare its rule with --endpoint-parse-special") != std::string::npos);
+  r = test::run_cli("run --model '" + path.string() + "' --prompt x --endpoint-parse-special yes");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--endpoint-parse-special declares an endpoint's rule and needs --endpoint") != std::string::npos);
+  // diff of a local run against the endpoint's names both rules.
+  const auto local = test::scratch_dir("added-tokens-endpoint-local") / "out";
+  r = test::run_cli("run --quiet --model '" + path.string() + "' --prompt '<|im_start|>Hello<think>' --parse-special "
+                    "--modes batch-invariant --precisions f32 --batch-sizes 1 --max-tokens 2 --repeats 1 --out '" +
+                    local.string() + "'");
+  REQUIRE_MESSAGE(r.code == 0, r.output);
+  r = test::run_cli("diff '" + (local / "report.json").string() + "' '" + (preset / "report.json").string() + "'");
+  INFO(r.output);
+  CHECK(r.output.find("special-token text in completion prompts parsed") != std::string::npos);
+  CHECK(r.output.find("\"srv\":\"yes\"") != std::string::npos);
+  server.stop();
 }

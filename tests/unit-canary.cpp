@@ -324,6 +324,32 @@ TEST_CASE("canary renders messages with the baseline's chat template; --chat-tem
   INFO(red.output);
   CHECK(red.code == 5);
   CHECK(red.output.find("canary RED") != std::string::npos);
+
+  // A template file: its digest and source are recorded, and another text is a change even where it
+  // renders the same bytes (a comment added).
+  const std::string t1 = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                         "<|im_start|>assistant\n";
+  std::ofstream(dir / "t1.jinja") << t1;
+  std::ofstream(dir / "t2.jinja") << t1 << "{# revised #}";
+  base = cli(dir, "run --model m.gguf --prompts msgs.jsonl --chat-template t1.jinja --max-tokens 6 --modes "
+                  "batch-invariant --precisions f32 --batch-sizes 1,2 --quiet --out base-file");
+  INFO(base.output);
+  REQUIRE(base.code == 0);
+  const auto model_rec = read_json(dir / "base-file" / "report.json")["environment"]["model"];
+  CHECK(model_rec["chat_template"] == "jinja");
+  CHECK(model_rec["chat_template_source"] == "--chat-template t1.jinja");
+  CHECK(model_rec["chat_template_sha256"] == sha256_hex(t1));
+  green = cli(dir, "canary --baseline base-file --chat-template t1.jinja --quiet --out green-file");
+  INFO(green.output);
+  CHECK(green.code == 0);
+  red = cli(dir, "canary --baseline base-file --chat-template t2.jinja --quiet --out red-file");
+  INFO(red.output);
+  CHECK(red.code == 2);
+  CHECK(red.output.find("chat template jinja sha256 " + sha256_hex(t1).substr(0, 12)) != std::string::npos);
+  // diff names it among the configuration changes; --resume refuses the other template.
+  auto diff = cli(dir, "diff base-file/report.json red-file/report.json");
+  INFO(diff.output);
+  CHECK(diff.output.find("chat template digest") != std::string::npos);
 }
 
 namespace {

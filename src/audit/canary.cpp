@@ -163,6 +163,20 @@ CanaryResult classify_canary(const AuditReport& baseline, const AuditReport& rer
   if (ma != mb)
     red.push_back(fmt::format("model digest {} -> {}", ma.empty() ? "(none)" : short_hash(ma),
                               mb.empty() ? "(none)" : short_hash(mb)));
+  // The chat template renders every chat prompt: another one (another file, --chat-template) changes
+  // the prompts the model sees even with the same weights. Digests are compared where both runs
+  // recorded one (reports before environment.model.chat_template_sha256 did not).
+  {
+    const std::string na = recorded_text(baseline.environment, "model", "chat_template");
+    const std::string nb = recorded_text(rerun.environment, "model", "chat_template");
+    const std::string da = recorded_text(baseline.environment, "model", "chat_template_sha256");
+    const std::string db = recorded_text(rerun.environment, "model", "chat_template_sha256");
+    auto show = [](const std::string& name, const std::string& digest) {
+      return (name.empty() ? std::string("(none)") : name) + (digest.empty() ? "" : " sha256 " + short_hash(digest));
+    };
+    if (na != nb || (!da.empty() && !db.empty() && da != db))
+      red.push_back(fmt::format("chat template {} -> {}", show(na, da), show(nb, db)));
+  }
   for (bool fp : {false, true}) {
     auto ia = identities(baseline, fp), ib_raw = identities(rerun, fp);
     std::map<std::string, std::set<std::string>> ib;  // keyed as the baseline names the mode or endpoint

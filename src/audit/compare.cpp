@@ -143,6 +143,9 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
   cmp("cpu", at(a.environment, "cpu", "model"), at(b.environment, "cpu", "model"));
   cmp("model digest", at(a.environment, "digests", "model_sha256"), at(b.environment, "digests", "model_sha256"));
   cmp("profile digest", at(a.environment, "digests", "profile_sha256"), at(b.environment, "digests", "profile_sha256"));
+  cmp("chat template", at(a.environment, "model", "chat_template"), at(b.environment, "model", "chat_template"));
+  cmp("chat template digest", at(a.environment, "model", "chat_template_sha256"),
+      at(b.environment, "model", "chat_template_sha256"));
   // Prompts: the one digest, recomputed from each report's own prompts, so a report that recorded an
   // earlier form of the digest compares by its prompts, not by how it hashed them.
   cmp("prompts digest", prompts_digest(report_prompts(a)), prompts_digest(report_prompts(b)));
@@ -152,6 +155,22 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
         if (e.is_object()) e.erase("posture");
     return eps;
   };
+  // Local against remote: the rule each side encoded completion prompts' special-token text with
+  // (the local plan's parse_special, each endpoint's parse_special), so a comparison of the two says
+  // whether it compared the same token sequences.
+  auto special_rule = [](const AuditReport& r) -> nlohmann::json {
+    const nlohmann::json& eps = at(r.environment, "endpoints");
+    if (eps.is_array()) {
+      nlohmann::json m = nlohmann::json::object();
+      for (const auto& e : eps)
+        if (e.is_object()) m[e.value("label", std::string())] = e.value("parse_special", std::string("unknown"));
+      return m;
+    }
+    const nlohmann::json& p = at(r.plan, "parse_special");
+    return p.is_boolean() && p.get<bool>() ? "yes" : "no";
+  };
+  if (at(a.environment, "endpoints").is_array() != at(b.environment, "endpoints").is_array())
+    cmp("special-token text in completion prompts parsed", special_rule(a), special_rule(b));
   cmp("endpoints", without_posture(at(a.environment, "endpoints")), without_posture(at(b.environment, "endpoints")));
   std::set<std::string> keys;
   for (const auto* p : {&a.plan, &b.plan})

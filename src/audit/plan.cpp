@@ -392,13 +392,14 @@ std::vector<Prompt> prompts_from_file(const std::string& path) {
     if (!jsonl) {
       out.push_back(prompt_from_text(line));
     } else {
-      nlohmann::json j;
+      // Key order kept: the chat template sees messages, tools and chat_template_kwargs as written.
+      nlohmann::ordered_json j;
       std::string err;
       if (!parse_json(line, j, &err))
         throw UsageError(where + ": invalid JSON (" + err + "); each line must be one JSON object");
       if (!j.is_object()) throw UsageError(where + ": each line must be a JSON object");
       Prompt p;
-      const nlohmann::json* body = &j;
+      const nlohmann::ordered_json* body = &j;
       if (j.contains("custom_id")) {  // OpenAI Batch API input: {"custom_id", "method", "url", "body"}
         if (!j["custom_id"].is_string()) throw UsageError(where + ": \"custom_id\" must be a string");
         if (!j.contains("body") || !j["body"].is_object()) throw UsageError(where + ": batch line has no \"body\" object");

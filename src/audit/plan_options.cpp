@@ -267,7 +267,7 @@ const std::vector<PlanOption>& plan_options() {
     {"parse_special", OptionType::Bool, "--parse-special", "parse_special", "parse_special",
      "Completion prompts match special-token text: <|im_start|> becomes that control token, as Hugging "
      "Face, vLLM's /v1/completions and llama.cpp's server encode it (default: encoded as text; user-defined "
-     "tokens such as <think> are matched either way)", true,
+     "tokens such as <think> are matched either way; with --endpoint use --endpoint-parse-special)", true,
      [](const PlanOptions& o) { return json(o.parse_special); },
      [](PlanOptions& o, const json& v) { o.parse_special = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},

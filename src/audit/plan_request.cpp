@@ -151,9 +151,15 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (q.given("--chat-template"))
       throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
                        "templates: drop it with --endpoint");
+    if (q.given("--parse-special"))
+      throw UsageError("--parse-special sets how the local engine encodes completion prompts; an endpoint encodes "
+                       "them itself: declare its rule with --endpoint-parse-special [LABEL=]yes|no");
     run.endpoints = resumed ? resume_endpoints(q, report) : q.build_endpoints(q.endpoint);
     validate_plan(plan, -1);
   } else {
+    if (q.given("--endpoint-parse-special"))
+      throw UsageError("--endpoint-parse-special declares an endpoint's rule and needs --endpoint; the local "
+                       "engine's rule is --parse-special");
     std::string& model_path = run.model_path;
     if (model_path.empty()) model_path = default_model_path();
     model_path = resolve_model_spec(model_path);
@@ -170,6 +176,7 @@ PreparedRun prepare_run(const PlanRequest& request) {
     // ... and stops at the tokens it stopped at (environment.model.eog_tokens).
     if (resumed && !q.given("--stop-token")) use_recorded_eog_tokens(*run.model, report.environment);
     if (resumed) check_resume_eog_tokens(q, report, *run.model);
+    if (resumed) check_resume_chat_template(report, *run.model);
     validate_plan(plan, run.model->config.context_length);
     // A schema the model's vocabulary cannot spell is refused before anything runs.
     if (!plan.json_schema.is_null()) JsonConstraint(json_schema_of(plan), json_schema_where(plan), *run.model->tokenizer);

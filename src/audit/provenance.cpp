@@ -17,7 +17,11 @@ nlohmann::json model_identity(const Model& model, const std::string& model_path)
                       {"arch", model.config.arch},
                       {"parameters", model.n_params},
                       {"tokenizer", model.tokenizer->kind()},
-                      {"chat_template", model.chat_template.name}};
+                      {"chat_template", model.chat_template.name},
+                      {"chat_template_source", model.chat_template.origin}};
+  // The template's own text is what renders chat prompts: its digest shows a changed template even
+  // where the model file (the weights' digest) is the same (--chat-template FILE).
+  if (!model.chat_template.sha256.empty()) m["chat_template_sha256"] = model.chat_template.sha256;
   if (nlohmann::json eog = eog_record(*model.tokenizer); !eog.is_null()) m["eog_tokens"] = std::move(eog);
   return m;
 }
@@ -37,7 +41,10 @@ nlohmann::json endpoints_record(const std::vector<EndpointSpec>& endpoints) {
                         {"api_model", e.api_model},
                         {"api", e.api},
                         {"provider", provider_name(e.provider)},
-                        {"stream", e.stream}};
+                        {"stream", e.stream},
+                        // completion prompts' special-token text: matched by the endpoint or not
+                        {"parse_special", e.parse_special}};
+    if (!e.parse_special_source.empty()) r["parse_special_source"] = e.parse_special_source;
     // The extra body changes every request; its digest (not its text, which may hold secrets) is kept.
     if (e.extra_body.is_object() && !e.extra_body.empty())
       r["extra_body_sha256"] = sha256_hex(e.extra_body.dump());

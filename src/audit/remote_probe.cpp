@@ -61,7 +61,7 @@ RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
   p.json_schema = probe.json_schema;
   const bool have_messages = probe.messages.is_array() && !probe.messages.empty();
   if (spec.api == "chat") {
-    p.messages = have_messages ? probe.messages : nlohmann::json();
+    p.messages = have_messages ? probe.messages : nlohmann::ordered_json();
     p.prompt = probe.prompt;
     p.tools = probe.tools;
     p.chat_template_kwargs = probe.chat_template_kwargs;

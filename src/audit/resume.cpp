@@ -122,11 +122,15 @@ void check_resume_endpoints(const std::string& dir, const nlohmann::json& had, c
                      std::to_string(had.is_array() ? had.size() : 0) +
                      "; give the same endpoints or start a new run");
   for (size_t i = 0; i < now.size(); ++i)
-    for (const char* key : {"label", "url", "api_model", "api", "provider", "stream", "extra_body_sha256"}) {
+    for (const char* key : {"label", "url", "api_model", "api", "provider", "stream", "extra_body_sha256", "parse_special"}) {
       nlohmann::json a = had[i].contains(key) ? had[i][key] : nlohmann::json(),
                      b = now[i].contains(key) ? now[i][key] : nlohmann::json();
       if (a == b) continue;
-      std::string what = std::string(key) == "extra_body_sha256" ? "--extra-body" : key;
+      const bool rule = std::string(key) == "parse_special";
+      if (rule && a.is_null()) continue;  // reports before the rule was recorded
+      std::string what = std::string(key) == "extra_body_sha256" ? "--extra-body"
+                         : rule                                  ? "--endpoint-parse-special"
+                                                                 : key;
       throw UsageError(where + "endpoint " + std::to_string(i + 1) + " (" + endpoint_text(now[i]) + ") has " +
                        what + " " + (b.is_null() ? std::string("(none)") : b.dump()) + " but the run used " +
                        (a.is_null() ? std::string("(none)") : a.dump()) +
@@ -153,6 +157,18 @@ void resume_run(const PlanRequest& q, PreparedRun& run) {
   run.plan = plan_from_report(report);
   const PlanOptions& plan = run.plan;
   check_resume_flags(q, plan, report);
+  // Prompts given again are the run's (checked above in the canonical form, keys sorted); they carry
+  // the file's key order, which the report does not keep and the chat template prints.
+  if (q.given("--prompts") || q.given("--prompt")) {
+    const std::vector<Prompt> given = prompts_from_flags(q);
+    for (auto& p : run.plan.prompts)
+      for (const auto& g : given)
+        if (g.id == p.id) {
+          p.messages = g.messages;
+          p.tools = g.tools;
+          p.chat_template_kwargs = g.chat_template_kwargs;
+        }
+  }
   if (report.environment.contains("model") && !q.given("--model"))
     run.model_path = report.environment["model"].value("path", "");
   Device& device = run.engine.device;
@@ -192,6 +208,15 @@ std::vector<EndpointSpec> resume_endpoints(const PlanRequest& q, const AuditRepo
     if (!q.given("--stream")) same.stream = e0.value("stream", same.stream);
   }
   std::vector<EndpointSpec> endpoints = q.build_endpoints(same);
+  // Each endpoint's special-token rule defaults to the one the run recorded for it.
+  if (!q.given("--endpoint-parse-special") && had.is_array())
+    for (auto& e : endpoints)
+      for (const auto& h : had)
+        if (h.is_object() && h.value("label", std::string()) == e.label && h.contains("parse_special") &&
+            h["parse_special"].is_string()) {
+          e.parse_special = h["parse_special"].get<std::string>();
+          e.parse_special_source = h.value("parse_special_source", e.parse_special_source);
+        }
   check_resume_endpoints(q.resume, had, endpoints_record(endpoints));
   return endpoints;
 }
@@ -228,6 +253,15 @@ nlohmann::json recorded_eog_tokens(const nlohmann::json& environment) {
   return environment["model"].value("eog_tokens", nlohmann::json());
 }
 }  // namespace
+
+void check_resume_chat_template(const AuditReport& report, const Model& model) {
+  const std::string had = recorded_text(report.environment, "model", "chat_template_sha256");
+  if (had.empty() || model.chat_template.name != "jinja" || model.chat_template.sha256 == had) return;
+  throw UsageError("--resume: the chat template (" + model.chat_template.origin + ") has sha256 " +
+                   short_hex(model.chat_template.sha256) + " but the run rendered its chat prompts with sha256 " +
+                   short_hex(had) + " (environment.model.chat_template_sha256); resume with that template " +
+                   "(--chat-template FILE) or start a new run");
+}
 
 void use_recorded_eog_tokens(Model& model, const nlohmann::json& environment) {
   const nlohmann::json had = recorded_eog_tokens(environment);

@@ -245,6 +245,19 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     texts.push_back(chat ? render_chat(p.messages, model.chat_template, "prompt '" + p.id + "' messages",
                                        ChatExtras{p.tools, p.chat_template_kwargs})
                          : p.text);
+    // A resumed run renders again: its text must be the one the finished completions had. It can
+    // differ when the template reads the clock (strftime_now), or when tools or tool-call
+    // arguments were written with keys out of sorted order (the report keeps JSON keys sorted).
+    if (chat && !report.completions.empty()) {
+      auto had = report.prompts.find(p.id);
+      const bool ran = std::any_of(report.completions.begin(), report.completions.end(),
+                                   [&](const Completion& c) { return c.prompt_id == p.id; });
+      if (ran && had != report.prompts.end() && had->second != texts.back())
+        throw UsageError("prompt '" + p.id + "': the chat template renders it differently than in the run being " +
+                         "resumed (a template that reads the date: pin SOURCE_DATE_EPOCH; tools or tool-call " +
+                         "arguments whose keys are not in sorted order, which the report does not keep: give " +
+                         "--prompts FILE again); start a new run otherwise");
+    }
     report.prompts[p.id] = texts.back();
   }
 
@@ -283,6 +296,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     const bool messages = p.messages.is_array() && !p.messages.empty();
     const bool special = messages ? templated : plan.parse_special;
     prompt_ids.push_back(special ? model.tokenizer->encode_special(texts[i], true) : model.tokenizer->encode(texts[i], true));
+    report.prompt_token_ids[p.id] = prompt_ids.back();
   }
   for (size_t i = 0; i < plan.prompts.size(); ++i)
     if (static_cast<int>(prompt_ids[i].size()) + plan.max_tokens > model.config.context_length)

@@ -159,7 +159,7 @@ void check_chat_extras(const ChatExtras& x, const std::string& what) {
 
 namespace {
 
-std::string render_jinja(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what,
+std::string render_jinja(const nlohmann::ordered_json& messages, const ChatTemplate& t, const std::string& what,
                          const ChatExtras& x) {
   if (!messages.is_array() || messages.empty())
     throw UsageError(what + ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
@@ -167,11 +167,12 @@ std::string render_jinja(const nlohmann::json& messages, const ChatTemplate& t, 
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw UsageError(what + ": each message needs a \"role\" string");
   check_chat_extras(x, what);
-  // The variables transformers' apply_chat_template gives the template.
-  nlohmann::json vars = nlohmann::json::object();
+  // The variables transformers' apply_chat_template gives the template (objects in the order their
+  // keys were written: a tool's `tojson` prints them so).
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
   if (x.kwargs.is_object()) vars = x.kwargs;
   vars["messages"] = messages;
-  vars["tools"] = x.tools.is_array() && !x.tools.empty() ? x.tools : nlohmann::json();
+  vars["tools"] = x.tools.is_array() && !x.tools.empty() ? x.tools : nlohmann::ordered_json();
   vars["documents"] = nullptr;
   vars["add_generation_prompt"] = true;
   if (!vars.contains("bos_token") && !t.bos_token.empty()) vars["bos_token"] = t.bos_token;
@@ -189,7 +190,7 @@ std::string render_jinja(const nlohmann::json& messages, const ChatTemplate& t, 
 
 }  // namespace
 
-std::string render_chat(const nlohmann::json& messages, const ChatTemplate& t, const std::string& what,
+std::string render_chat(const nlohmann::ordered_json& messages, const ChatTemplate& t, const std::string& what,
                         const ChatExtras& extras) {
   if (t.name == "unknown")
     throw UsageError(what + ": the chat template (" + t.origin + ") cannot be interpreted: " + t.problem +

@@ -84,13 +84,139 @@ bool py_space(uint32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
+// Python's cased characters: letters of categories Lu, Ll, Lt, and the others with a case mapping
+// (Other_Uppercase and Other_Lowercase: U+24B6, U+2160, U+0345).
 bool is_cased(uint32_t c) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
+         utf8proc_toupper(static_cast<utf8proc_int32_t>(c)) != static_cast<utf8proc_int32_t>(c) ||
+         utf8proc_tolower(static_cast<utf8proc_int32_t>(c)) != static_cast<utf8proc_int32_t>(c);
 }
 uint32_t to_upper(uint32_t c) { return static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
 uint32_t to_lower(uint32_t c) { return static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
 uint32_t to_title(uint32_t c) { return static_cast<uint32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+
+// Python's str.upper/lower/title/capitalize/swapcase use the full case mappings (SpecialCasing.txt:
+// U+00DF upper is "SS", U+FB01 upper is "FI", U+0130 lower is "i" U+0307, a word-final sigma
+// U+03A3 lowers to U+03C2). libutf8proc has the simple (one code point) mappings and the full case
+// folding; the full mappings follow from them: a lowercase or titlecase letter whose folding is
+// several code points (U+00DF -> ss, U+FB01 -> fi, U+0149 -> U+02BC n, U+1FB3 -> U+03B1 U+03B9)
+// uppercases to the uppercase of that folding, and titlecases to it with its first cased letter
+// titlecased. Comments here name code points in ASCII (clang 14's diagnostics mis-measure some
+// combining marks). tests/unit-jinja.cpp compares every code point below U+20000 with Python.
+std::vector<uint32_t> full_fold(uint32_t c) {
+  utf8proc_int32_t buf[8];
+  int boundclass = 0;
+  const utf8proc_ssize_t n =
+      utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), buf, 8, UTF8PROC_CASEFOLD, &boundclass);
+  if (n <= 0 || n > 8) return {c};
+  return std::vector<uint32_t>(buf, buf + n);
+}
+
+bool lower_or_title(uint32_t c) {
+  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+}
+
+void upper_full(uint32_t c, std::string& out) {
+  if (lower_or_title(c)) {
+    const auto f = full_fold(c);
+    if (f.size() > 1) {
+      for (uint32_t x : f) encode_cp(to_upper(x), out);
+      return;
+    }
+  }
+  encode_cp(to_upper(c), out);
+}
+
+void title_full(uint32_t c, std::string& out) {
+  const uint32_t t = to_title(c);
+  const bool titlecase_letter = utf8proc_category(static_cast<utf8proc_int32_t>(t)) == UTF8PROC_CATEGORY_LT;
+  if (!titlecase_letter && lower_or_title(c)) {
+    auto f = full_fold(c);
+    if (f.size() > 1) {
+      // A Greek iota subscript (U+0345 in the canonical decomposition: U+1FB2, U+1FB7) folds to a
+      // full iota but stays a subscript in titlecase (U+1FB2 -> U+1FBA U+0345).
+      utf8proc_int32_t d[8];
+      int boundclass = 0;
+      const utf8proc_ssize_t n =
+          utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), d, 8, UTF8PROC_DECOMPOSE, &boundclass);
+      if (n > 0 && n <= 8 && d[n - 1] == 0x345 && f.back() == 0x3B9) f.back() = 0x345;
+      bool done = false;
+      for (uint32_t x : f) {
+        encode_cp(!done && is_cased(x) ? to_title(x) : x, out);
+        done = done || is_cased(x);
+      }
+      return;
+    }
+  }
+  encode_cp(t, out);
+}
+
+// Python's _PyUnicode_IsCaseIgnorable, from the general category (Mn, Me, Cf, Lm, Sk) and the
+// word-break classes MidLetter, MidNumLet and Single_Quote.
+bool case_ignorable(uint32_t c) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK: return true;
+    default: break;
+  }
+  switch (c) {
+    case 0x27: case 0x2E: case 0x3A: case 0xB7: case 0x387: case 0x55F: case 0x5F4: case 0x2018: case 0x2019:
+    case 0x2024: case 0x2027: case 0xFE13: case 0xFE52: case 0xFE55: case 0xFF07: case 0xFF0E: case 0xFF1A:
+      return true;
+    default: return false;
+  }
+}
+
+// The lowercase of cps[i] as Python writes it: U+0130 -> i U+0307, and U+03A3 -> U+03C2 at the end
+// of a word (a cased letter before it, none after it, case-ignorable characters skipped), else the
+// simple mapping.
+void lower_full(const std::vector<uint32_t>& cps, size_t i, std::string& out) {
+  const uint32_t c = cps[i];
+  if (c == 0x130) {
+    encode_cp('i', out);
+    encode_cp(0x307, out);
+    return;
+  }
+  if (c == 0x3A3) {
+    size_t j = i;
+    while (j > 0 && case_ignorable(cps[j - 1])) --j;
+    bool final_sigma = j > 0 && is_cased(cps[j - 1]);
+    if (final_sigma) {
+      size_t k = i + 1;
+      while (k < cps.size() && case_ignorable(cps[k])) ++k;
+      final_sigma = k == cps.size() || !is_cased(cps[k]);
+    }
+    encode_cp(final_sigma ? 0x3C2 : 0x3C3, out);
+    return;
+  }
+  encode_cp(to_lower(c), out);
+}
+
+// str.upper, lower, title, capitalize, swapcase (CPython's do_upper, ... in unicodeobject.c).
+std::string py_case(std::string_view s, const std::string& how) {
+  const std::vector<uint32_t> cps = decode(s);
+  std::string out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const uint32_t c = cps[i];
+    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    if (how == "upper") upper_full(c, out);
+    else if (how == "lower") lower_full(cps, i, out);
+    else if (how == "capitalize") i == 0 ? title_full(c, out) : lower_full(cps, i, out);
+    else if (how == "swapcase") {  // uppercase (Lu, Other_Uppercase) to lower, lowercase to upper
+      const bool letter = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+      if (cat == UTF8PROC_CATEGORY_LU || (!letter && to_lower(c) != c)) lower_full(cps, i, out);
+      else if (cat == UTF8PROC_CATEGORY_LL || (!letter && to_upper(c) != c)) upper_full(c, out);
+      else encode_cp(c, out);
+    } else {  // title
+      prev_cased ? lower_full(cps, i, out) : title_full(c, out);
+    }
+    prev_cased = is_cased(c);
+  }
+  return out;
+}
 
 // str.strip / lstrip / rstrip: chars == nullptr strips Python whitespace.
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right) {
@@ -240,7 +366,8 @@ const char* type_name(const Value& v) {
   return "?";
 }
 
-Value from_json(const nlohmann::json& j) {
+// Objects keep their keys in the document's order (ordered_json), as a Python dict does.
+Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -1297,9 +1424,11 @@ void check_args(Interp& in, const CallArgs& a, const char* what, size_t max_pos,
   if (a.pos.size() > max_pos)
     in.error(std::string(what) + " takes at most " + std::to_string(max_pos) + " positional arguments, " +
              std::to_string(a.pos.size()) + " given");
-  for (const auto& [k, v] : a.kw)
+  for (const auto& kv : a.kw) {
+    const std::string& k = kv.first;  // a plain reference: clang 14 cannot capture a structured binding
     if (std::find_if(names.begin(), names.end(), [&](const char* n) { return k == n; }) == names.end())
       in.error(std::string(what) + " has no argument '" + k + "'");
+  }
 }
 std::string str_arg(Interp& in, const Value* v, const char* what) {
   if (!v || !v->is_str()) in.error(std::string(what) + " needs a string argument");
@@ -1569,21 +1698,7 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "swapcase") {
     check_args(in, a, what.c_str(), 0, {});
-    const std::vector<uint32_t> cps = decode(s);
-    std::string out;
-    bool prev_cased = false;
-    for (size_t i = 0; i < cps.size(); ++i) {
-      const uint32_t c = cps[i];
-      uint32_t r = c;
-      if (name == "upper") r = to_upper(c);
-      else if (name == "lower") r = to_lower(c);
-      else if (name == "swapcase") r = to_upper(c) != c ? to_upper(c) : to_lower(c);
-      else if (name == "capitalize") r = i == 0 ? to_title(c) : to_lower(c);
-      else r = prev_cased ? to_lower(c) : to_title(c);
-      prev_cased = is_cased(c);
-      encode_cp(r, out);
-    }
-    return Value::str(std::move(out));
+    return Value::str(py_case(s, name));
   }
   if (name == "startswith" || name == "endswith") {
     check_args(in, a, what.c_str(), 1, {});
@@ -1951,9 +2066,7 @@ Value select_like(Interp& in, Value& v, CallArgs& a, bool attr, bool keep) {
 
 std::string sort_key_str(const Value& v, bool case_sensitive) {
   if (!v.is_str() || case_sensitive) return v.s;
-  std::string out;
-  for (uint32_t c : decode(v.s)) encode_cp(to_lower(c), out);
-  return out;
+  return py_case(v.s, "lower");
 }
 
 bool sort_less(Interp& in, const Value& a, const Value& b, bool case_sensitive) {
@@ -2024,18 +2137,21 @@ Value run_filter(Interp& in, const std::string& name, Value& v, CallArgs& a) {
   }
   if (name == "title") {  // Jinja2's: words begin after '-', whitespace, or an opening bracket
     no_args();
+    // Each word: its first character upper (the full mapping), the rest lowered as a string of its own.
     const std::vector<uint32_t> cps = decode(py_str(v));
     std::string out;
-    bool begin = true;
-    for (uint32_t c : cps) {
-      const bool sep = c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<';
-      if (sep) {
-        encode_cp(c, out);
-        begin = true;
+    size_t i = 0;
+    while (i < cps.size()) {
+      auto sep = [](uint32_t c) { return c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<'; };
+      size_t j = i;
+      while (j < cps.size() && sep(cps[j]) == sep(cps[i])) ++j;
+      if (sep(cps[i])) {
+        out += encode(cps, i, j);
       } else {
-        encode_cp(begin ? to_upper(c) : to_lower(c), out);
-        begin = false;
+        upper_full(cps[i], out);
+        out += py_case(encode(cps, i + 1, j), "lower");
       }
+      i = j;
     }
     return Value::str(std::move(out));
   }
@@ -2709,7 +2825,7 @@ Template::Template(const std::string& source, const std::string& origin) : origi
 
 Template::~Template() = default;
 
-std::string Template::render(const nlohmann::json& variables) const {
+std::string Template::render(const nlohmann::ordered_json& variables) const {
   Interp in{Fail{origin_}};
   std::string out;
   in.out = &out;
@@ -2725,7 +2841,7 @@ int fuzz_one(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);
   const size_t nul = in.find('\0');
   const std::string source = in.substr(0, nul);
-  nlohmann::json vars;
+  nlohmann::ordered_json vars;
   if (nul != std::string::npos) {
     if (!parse_json(in.substr(nul + 1), vars) || !vars.is_object()) vars = nullptr;
   }

@@ -122,6 +122,9 @@ std::vector<EndpointSpec> recorded_endpoints(const CanaryOptions& o, const nlohm
     e.api = r.value("api", "chat");
     e.provider = parse_provider(r.value("provider", "openai"));
     e.stream = r.value("stream", false);
+    // The rule the baseline declared for special-token text in completion prompts.
+    e.parse_special = r.value("parse_special", std::string(provider_parse_special(e.provider)));
+    e.parse_special_source = r.value("parse_special_source", std::string("preset ") + provider_name(e.provider));
     e.extra_body = extra;
     const bool given = url_of.count(e.label) > 0;
     e.url = given ? url_of[e.label] : r.value("url", "");

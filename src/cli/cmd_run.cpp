@@ -143,6 +143,10 @@ void setup_run(CLI::App& parent, Runner& runner) {
   s->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   // remote endpoints
   add_endpoint_flags(*s, o->remote);
+  s->add_option("--endpoint-parse-special", o->remote.parse_special,
+               "[LABEL=]yes|no (repeatable): whether the endpoint matches special-token text in completion prompts "
+               "(as --parse-special does locally); recorded per endpoint in the report. Default: the preset's rule "
+               "(yes for vllm, sglang, tgi, llamacpp; unknown otherwise)");
   s->callback([o, &runner] { runner = [o] { return run_run(*o); }; });
 }
 

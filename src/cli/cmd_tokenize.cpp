@@ -29,12 +29,12 @@ int run_tokenize(const TokenizeOptions& o) {
   if (given != 1)
     throw UsageError("tokenize needs exactly one of: --prompt TEXT, --prompt-file FILE, --messages FILE");
   // A messages file: an array of messages, or an object with "messages" (and "tools",
-  // "chat_template_kwargs") as a chat completions request carries them.
-  nlohmann::json messages;
+  // "chat_template_kwargs") as a chat completions request carries them; keys keep the file's order.
+  nlohmann::ordered_json messages;
   ChatExtras extras;
   if (!o.messages_file.empty()) {
     check_regular_file(o.messages_file, "messages file", uint64_t{64} << 20);
-    const nlohmann::json j = parse_json_or_throw(read_file(o.messages_file, "messages file"),
+    const nlohmann::ordered_json j = parse_ordered_json_or_throw(read_file(o.messages_file, "messages file"),
                                                  "--messages '" + o.messages_file + "'");
     if (j.is_array()) {
       messages = j;

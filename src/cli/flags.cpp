@@ -138,11 +138,34 @@ std::vector<EndpointSpec> EndpointFlags::build() const {
     e.read_timeout_s = timeout;   // silence and
     e.total_timeout_s = timeout;  // the whole attempt, however slowly the bytes trickle
     e.verbose = verbose;
+    e.parse_special = provider_parse_special(e.provider);
+    e.parse_special_source = std::string("preset ") + provider_name(e.provider);
     validate_endpoint(e);
     for (const auto& other : eps)
       if (other.label == e.label)
         throw UsageError("--endpoint: label '" + e.label + "' is used twice; label each one (NAME=URL)");
     eps.push_back(std::move(e));
+  }
+  // --endpoint-parse-special [LABEL=]yes|no: what the endpoint does with special-token text in a
+  // completion prompt, when the preset does not know it or the server is configured otherwise.
+  for (const auto& v : parse_special) {
+    const size_t eq = v.find('=');
+    const std::string label = eq == std::string::npos ? "" : v.substr(0, eq);
+    const std::string rule = eq == std::string::npos ? v : v.substr(eq + 1);
+    if (rule != "yes" && rule != "no")
+      throw UsageError("--endpoint-parse-special '" + v +
+                       "': give yes or no (special-token text in completion prompts matched or not), optionally "
+                       "for one endpoint: LABEL=yes");
+    bool found = false;
+    for (auto& e : eps)
+      if (label.empty() || e.label == label) {
+        e.parse_special = rule;
+        e.parse_special_source = "--endpoint-parse-special";
+        found = true;
+      }
+    if (!found)
+      throw UsageError("--endpoint-parse-special '" + v + "': no --endpoint is labelled '" + label +
+                       "'; use a label given as --endpoint LABEL=URL");
   }
   return eps;
 }

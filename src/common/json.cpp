@@ -13,30 +13,36 @@ namespace repro {
 
 namespace {
 
-using json = nlohmann::json;
-using DomParser = nlohmann::detail::json_sax_dom_parser<json>;
 
 // A SAX handler that builds the value with nlohmann's own DOM builder and stops the parse at the
 // first container past the depth limit or the first repeated key. The parser never recursed; this
-// keeps everything after it from recursing too deep.
+// keeps everything after it from recursing too deep. `json` is nlohmann::json (keys sorted) or
+// nlohmann::ordered_json (keys in the document's order).
+template <class json>
 class BoundedSax {
+  using number_integer_t = typename json::number_integer_t;
+  using number_unsigned_t = typename json::number_unsigned_t;
+  using number_float_t = typename json::number_float_t;
+  using string_t = typename json::string_t;
+  using binary_t = typename json::binary_t;
+
  public:
   BoundedSax(json& out, JsonLimits limits) : dom_(out, false), limits_(limits) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
-  bool string(json::string_t& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool string(string_t& v) { return dom_.string(v); }
+  bool binary(binary_t& v) { return dom_.binary(v); }
 
   bool start_object(std::size_t n) {
     if (!enter()) return false;
     if (limits_.unique_keys) keys_.emplace_back();
     return dom_.start_object(n);
   }
-  bool key(json::string_t& k) {
+  bool key(string_t& k) {
     if (limits_.unique_keys && !keys_.back().insert(k).second) {
       error_ = fmt::format("the key \"{}\" appears twice in one object", printable(k));
       return false;
@@ -87,22 +93,22 @@ class BoundedSax {
     return k.size() > 64 ? s + "..." : s;
   }
 
-  DomParser dom_;
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
   JsonLimits limits_;
   int depth_ = 0;
   std::vector<std::unordered_set<std::string>> keys_;
   std::string error_;
 };
 
-}  // namespace
 
-bool parse_json(std::string_view text, json& out, std::string* error, JsonLimits limits) {
+template <class json>
+bool parse_any(std::string_view text, json& out, std::string* error, JsonLimits limits) {
   json value;
-  BoundedSax sax(value, limits);
+  BoundedSax<json> sax(value, limits);
   bool ok = false;
   try {
     ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, true);
-  } catch (const json::exception& e) {
+  } catch (const typename json::exception& e) {
     // The DOM builder never throws with exceptions off; keep the promise of no throw anyway.
     if (error) *error = e.what();
     out = nullptr;
@@ -117,16 +123,34 @@ bool parse_json(std::string_view text, json& out, std::string* error, JsonLimits
   return true;
 }
 
-json parse_json_or_throw(std::string_view text, const std::string& what, JsonLimits limits) {
-  json v;
+}  // namespace
+
+bool parse_json(std::string_view text, nlohmann::json& out, std::string* error, JsonLimits limits) {
+  return parse_any(text, out, error, limits);
+}
+
+bool parse_json(std::string_view text, nlohmann::ordered_json& out, std::string* error, JsonLimits limits) {
+  return parse_any(text, out, error, limits);
+}
+
+nlohmann::json parse_json_or_throw(std::string_view text, const std::string& what, JsonLimits limits) {
+  nlohmann::json v;
   std::string err;
   if (!parse_json(text, v, &err, limits)) throw UsageError(what + ": " + err);
   return v;
 }
 
-int json_depth(const json& v) {
+nlohmann::ordered_json parse_ordered_json_or_throw(std::string_view text, const std::string& what,
+                                                   JsonLimits limits) {
+  nlohmann::ordered_json v;
+  std::string err;
+  if (!parse_json(text, v, &err, limits)) throw UsageError(what + ": " + err);
+  return v;
+}
+
+int json_depth(const nlohmann::json& v) {
   int deepest = 0;
-  std::vector<std::pair<const json*, int>> todo{{&v, 0}};
+  std::vector<std::pair<const nlohmann::json*, int>> todo{{&v, 0}};
   while (!todo.empty()) {
     auto [p, d] = todo.back();
     todo.pop_back();

@@ -15,6 +15,9 @@
 namespace repro {
 
 using nlohmann::json;
+// The parser reads the body with its keys in the document's order: messages, tools and
+// chat_template_kwargs reach the chat template as the client wrote them.
+using ojson = nlohmann::ordered_json;
 
 json error_json(const std::string& message, const std::string& type, const std::string& param,
                 const std::string& code) {
@@ -76,11 +79,11 @@ std::string body_limit_message(size_t max_body_bytes) {
                      max_body_bytes);
 }
 
-json parse_request_body(const std::string& body, size_t max_body_bytes) {
+ojson parse_request_body(const std::string& body, size_t max_body_bytes) {
   if (body.size() > max_body_bytes) throw ApiError(413, body_limit_message(max_body_bytes), "", "request_too_large");
   // Bounded: a value nested deeper than kMaxJsonDepth is refused here, before any copy, walk or
   // dump of it could recurse that deep (1 MB of '[' would overflow a worker's stack).
-  json b;
+  ojson b;
   std::string error;
   if (!parse_json(body, b, &error))
     throw ApiError(400, "the request body is not valid JSON: " + error, "", "invalid_json");
@@ -90,11 +93,11 @@ json parse_request_body(const std::string& body, size_t max_body_bytes) {
 
 namespace {
 
-bool present(const json& b, const char* key) { return b.contains(key) && !b[key].is_null(); }
+bool present(const ojson& b, const char* key) { return b.contains(key) && !b[key].is_null(); }
 
-std::optional<double> get_number(const json& b, const char* key) {
+std::optional<double> get_number(const ojson& b, const char* key) {
   if (!present(b, key)) return std::nullopt;
-  const json& v = b[key];
+  const ojson& v = b[key];
   if (!v.is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key, "invalid_type");
   double d = v.get<double>();
   if (!std::isfinite(d)) throw ApiError(400, fmt::format("'{}' must be a finite number", key), key);
@@ -103,9 +106,9 @@ std::optional<double> get_number(const json& b, const char* key) {
 
 // An integer field: JSON integers, and floats with an integral value (1.0). Values beyond int64
 // are refused as too large, not as "not an integer".
-std::optional<int64_t> get_int(const json& b, const char* key) {
+std::optional<int64_t> get_int(const ojson& b, const char* key) {
   if (!present(b, key)) return std::nullopt;
-  const json& v = b[key];
+  const ojson& v = b[key];
   if (v.is_number_unsigned()) {
     if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       throw ApiError(400, fmt::format("'{}' is {}, too large (at most {})", key, v.dump(),
@@ -126,9 +129,9 @@ std::optional<int64_t> get_int(const json& b, const char* key) {
 
 // A count with an upper limit set by a server flag: any value over the limit (however large) gets
 // the message that names the limit and the flag.
-std::optional<int64_t> get_count(const json& b, const char* key, int64_t limit, const char* flag) {
+std::optional<int64_t> get_count(const ojson& b, const char* key, int64_t limit, const char* flag) {
   if (!present(b, key)) return std::nullopt;
-  const json& v = b[key];
+  const ojson& v = b[key];
   bool huge = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(limit)) ||
               (v.is_number_float() && std::isfinite(v.get<double>()) &&
                std::floor(v.get<double>()) == v.get<double>() && v.get<double>() > static_cast<double>(limit));
@@ -138,7 +141,7 @@ std::optional<int64_t> get_count(const json& b, const char* key, int64_t limit, 
   return get_int(b, key);
 }
 
-std::optional<bool> get_bool(const json& b, const char* key) {
+std::optional<bool> get_bool(const ojson& b, const char* key) {
   if (!present(b, key)) return std::nullopt;
   if (!b[key].is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), key, "invalid_type");
   return b[key].get<bool>();
@@ -146,7 +149,7 @@ std::optional<bool> get_bool(const json& b, const char* key) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const json& b, bool chat, const RequestRules& rules) {
+CompletionRequest parse_completion_request(const ojson& b, bool chat, const RequestRules& rules) {
   CompletionRequest r;
   r.chat = chat;
 
@@ -167,7 +170,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
                      "missing_required_parameter");
     r.messages = b["messages"];
     if (present(b, "tools")) {
-      if (!b["tools"].is_array() || !std::all_of(b["tools"].begin(), b["tools"].end(), [](const json& t) { return t.is_object(); }))
+      if (!b["tools"].is_array() || !std::all_of(b["tools"].begin(), b["tools"].end(), [](const ojson& t) { return t.is_object(); }))
         throw ApiError(400, "'tools' must be an array of tool objects", "tools", "invalid_type");
       r.tools = b["tools"];
     }
@@ -181,12 +184,12 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
     if (!present(b, "prompt"))
       throw ApiError(400, "'prompt' is required: a string (or an array holding one string)", "prompt",
                      "missing_required_parameter");
-    json pr = b["prompt"];
-    auto all_ints = [](const json& a) {
+    ojson pr = b["prompt"];
+    auto all_ints = [](const ojson& a) {
       return a.is_array() && !a.empty() &&
-             std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); });
+             std::all_of(a.begin(), a.end(), [](const ojson& x) { return x.is_number_integer(); });
     };
-    if (pr.is_array() && pr.size() == 1 && (pr[0].is_string() || all_ints(pr[0]))) pr = json(pr[0]);
+    if (pr.is_array() && pr.size() == 1 && (pr[0].is_string() || all_ints(pr[0]))) pr = ojson(pr[0]);
     if (pr.is_string()) {
       r.prompt = pr.get<std::string>();
     } else if (all_ints(pr)) {
@@ -260,8 +263,8 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
   r.ignore_eos = get_bool(b, "ignore_eos");
 
   if (present(b, "stop")) {
-    const json& s = b["stop"];
-    std::vector<json> items;
+    const ojson& s = b["stop"];
+    std::vector<ojson> items;
     if (s.is_string()) items.push_back(s);
     else if (s.is_array()) items.assign(s.begin(), s.end());
     else throw ApiError(400, "'stop' must be a string or an array of strings", "stop", "invalid_type");
@@ -283,7 +286,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
       r.top_logprobs = static_cast<int>(*tl);
     }
   } else if (present(b, "logprobs")) {
-    const json& lp = b["logprobs"];
+    const ojson& lp = b["logprobs"];
     if (lp.is_boolean()) {
       r.logprobs = lp.get<bool>();
     } else {
@@ -297,20 +300,20 @@ CompletionRequest parse_completion_request(const json& b, bool chat, const Reque
   // Structured output: json_schema -> that schema; json_object -> the schema given or any JSON
   // object; text (or none) -> free text.
   if (present(b, "response_format")) {
-    const json& rf = b["response_format"];
+    const ojson& rf = b["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
       throw ApiError(400, "'response_format' must be an object with a 'type': text, json_object or json_schema",
                      "response_format", "invalid_type");
     ResponseFormat& f = r.response_format;
     f.type = rf["type"].get<std::string>();
     if (f.type == "json_object") {
-      f.schema = rf.contains("schema") && rf["schema"].is_object() ? rf["schema"] : json{{"type", "object"}};
+      f.schema = rf.contains("schema") && rf["schema"].is_object() ? rf["schema"] : ojson{{"type", "object"}};
     } else if (f.type == "json_schema") {
       if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema") ||
           !rf["json_schema"]["schema"].is_object())
         throw ApiError(400, "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\": {...}}",
                        "response_format");
-      const json& js = rf["json_schema"];
+      const ojson& js = rf["json_schema"];
       f.schema = js["schema"];
       if (auto n = js.find("name"); n != js.end() && n->is_string()) f.name = n->get<std::string>();
       if (auto s = js.find("strict"); s != js.end() && s->is_boolean()) f.strict = s->get<bool>();

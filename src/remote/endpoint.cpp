@@ -33,6 +33,16 @@ const char* provider_name(Provider p) {
 
 bool provider_supports_logprobs(Provider p) { return p != Provider::ollama; }
 
+const char* provider_parse_special(Provider p) {
+  switch (p) {
+    case Provider::vllm:
+    case Provider::sglang:
+    case Provider::tgi:
+    case Provider::llamacpp: return "yes";
+    default: return "unknown";
+  }
+}
+
 EndpointSpec parse_endpoint_arg(const std::string& arg) {
   EndpointSpec spec;
   std::string url = arg;

@@ -175,7 +175,21 @@ HttpRequestSpec build_request(const EndpointSpec& spec, const RequestParams& p) 
     else
       r.headers.push_back("Authorization: Bearer " + spec.api_key);
   }
-  r.body = build_request_body(spec, p).dump();
+  // The body's own fields in sorted order; the chat data (messages, tools, chat_template_kwargs)
+  // as it was written, key order kept, since the endpoint's chat template prints tools and
+  // tool-call arguments in the order it receives them (what --extra-body replaces stays replaced).
+  const json b = build_request_body(spec, p);
+  nlohmann::ordered_json body = b;
+  if (chat) {
+    const bool extra = spec.extra_body.is_object();
+    auto keep = [&](const char* key, const nlohmann::ordered_json& v) {
+      if (!v.is_null() && body.contains(key) && !(extra && spec.extra_body.contains(key))) body[key] = v;
+    };
+    if (p.messages.is_array() && !p.messages.empty()) keep("messages", p.messages);
+    keep("tools", p.tools);
+    keep("chat_template_kwargs", p.chat_template_kwargs);
+  }
+  r.body = body.dump();
   return r;
 }
 

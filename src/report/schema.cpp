@@ -595,6 +595,8 @@ void describe(V& v, T& x) {
   v("environment", x.environment, kEmptyObjectIfNull);  // free-form, written by the runner
   v("prompts", x.prompts);
   v("token_text", x.token_text);
+  v.only_if(x.prompt_token_ids.is_object() && !x.prompt_token_ids.empty(), "prompt_token_ids",
+            x.prompt_token_ids);  // local runs
   v.only_if(x.baseline.has_value(), "baseline", x.baseline);  // run --baseline only
   v.only_if(!x.prompt_variants.empty(), "prompt_variants", x.prompt_variants);  // prompts file with variants
   v.only_if(!x.variants.empty(), "variants", x.variants);

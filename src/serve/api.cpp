@@ -40,7 +40,7 @@ size_t streamable(const std::string& text, const std::vector<std::string>& stops
   return utf8_complete(text, safe);
 }
 
-Parsed parse_request(const ApiContext& cx, const json& b, bool chat) {
+Parsed parse_request(const ApiContext& cx, const nlohmann::ordered_json& b, bool chat) {
   const Model& model = *cx.model;
   const Tokenizer& tok = *model.tokenizer;
   Parsed p;
@@ -235,7 +235,7 @@ int fuzz_request_one(const uint8_t* data, size_t size) {
   cx.max_tokens_limit = 128;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    const json b = parse_request_body(body, cx.max_body_bytes);
+    const auto b = parse_request_body(body, cx.max_body_bytes);
     const Parsed p = parse_request(cx, b, chat);
     const DecodeParams& d = p.gen.params;
     const int vocab = cx.model->config.vocab_size, ctx = cx.model->config.context_length;

@@ -137,7 +137,7 @@ struct Server::Impl {
     try {
       if (stopping) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
       check_auth(req);
-      json body = parse_request_body(req.body, cx.max_body_bytes);
+      const auto body = parse_request_body(req.body, cx.max_body_bytes);
       auto p = std::make_shared<Parsed>(parse_request(cx, body, chat));
       auto job = std::make_shared<Job>();
       job->req = p->gen;

@@ -15,13 +15,15 @@ namespace repro {
 struct Prompt {
   std::string id;        // stable: given id / custom_id, else "p-" + first 10 hex of SHA-256(text)
   std::string text;      // rendered text (chat messages through repro::render_chat)
-  nlohmann::json messages;  // chat form when given (remote chat endpoints use it as is)
+  // Chat form when given (remote chat endpoints use it as is). Chat data keeps the prompts file's
+  // key order (ordered_json), which the chat template sees (see repro/chat/chat.hpp, ChatExtras).
+  nlohmann::ordered_json messages;
   // Prompt variants (prompts file {"task", "variant", ...}): the task this prompt is a variant of and
   // the variant's name; both empty for a plain prompt. Reports compare variants per task.
   std::string task, variant;
   // Chat prompts: `tools` and `chat_template_kwargs` of the prompts-file line (null when absent),
   // given to the chat template (and sent to remote chat endpoints).
-  nlohmann::json tools = nullptr, chat_template_kwargs = nullptr;
+  nlohmann::ordered_json tools = nullptr, chat_template_kwargs = nullptr;
 };
 
 // Every knob of a run; a profile sets some, flags override. Validated by validate_plan().

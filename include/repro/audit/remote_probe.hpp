@@ -23,8 +23,8 @@ Completion completion_from(const RemoteResult& r);
 struct RemoteProbe {
   std::string prompt_id;
   std::string prompt;              // completions API text (chat: used when messages is empty)
-  nlohmann::json messages;         // chat messages (completions API renders them with render_chat)
-  nlohmann::json tools, chat_template_kwargs;  // chat API: sent as given (null: not sent)
+  nlohmann::ordered_json messages;  // chat messages (completions API renders them with render_chat)
+  nlohmann::ordered_json tools, chat_template_kwargs;  // chat API: sent as given (null: not sent)
   DecodingConfig decoding;
   uint64_t seed = 0;
   std::vector<std::string> stop;

@@ -585,6 +585,9 @@ struct AuditReport {
   std::vector<Completion> completions;
   nlohmann::json environment;     // tool version, commit, OS, CPU, threads, BLAS, model path/sha256, digests
   std::map<std::string, std::string> prompts;  // prompt_id -> text
+  // prompt_id -> the token ids the local engine was given for it (rendered chat prompts and completion
+  // prompts under the run's special-token rule); local runs only.
+  nlohmann::json prompt_token_ids;  // an object (null when none)
   // Token id (decimal) -> the token's text as reports show it (display_text()), for the token ids at
   // first divergences; filled from the model's tokenizer by record_token_text() (local runs only).
   std::map<std::string, std::string> token_text;

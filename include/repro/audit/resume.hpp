@@ -40,5 +40,8 @@ void use_recorded_eog_tokens(Model& model, const nlohmann::json& environment);
 // A resumed local run stops at the tokens the run stopped at: after use_recorded_eog_tokens
 // (without --stop-token), or with --stop-token giving the same set; UsageError otherwise.
 void check_resume_eog_tokens(const PlanRequest& request, const AuditReport& report, const Model& model);
+// The chat template a resumed run renders with must be the one the run recorded
+// (environment.model.chat_template_sha256, where recorded): throws UsageError naming both digests.
+void check_resume_chat_template(const AuditReport& report, const Model& model);
 
 }  // namespace repro

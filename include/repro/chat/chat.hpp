@@ -70,10 +70,12 @@ struct ChatTemplate {
   std::string problem;               // unknown: why the template does not parse
 };
 
-// What a request or a prompts-file line gives the template beside its messages.
+// What a request or a prompts-file line gives the template beside its messages. Objects keep the
+// key order of the document they came from (ordered_json): Jinja2 iterates a dict and `tojson`
+// prints it in that order, so tools render as Hugging Face renders them.
 struct ChatExtras {
-  nlohmann::json tools;   // `tools` (an array; null: none)
-  nlohmann::json kwargs;  // `chat_template_kwargs` (an object of further variables; null: none)
+  nlohmann::ordered_json tools;   // `tools` (an array; null: none)
+  nlohmann::ordered_json kwargs;  // `chat_template_kwargs` (an object of further variables; null: none)
 };
 
 // The names --chat-template accepts: "plain, chatml, llama3, llama3.1, llama2, mistral, ...".
@@ -90,8 +92,9 @@ ChatTemplate chat_template_from_option(const std::string& value);
 // messages: [{"role": "...", "content": "..."}, ...] rendered with the template (the generation
 // prompt for the assistant's reply included). Throws UsageError(what + ": ...") when the messages
 // or extras are malformed, when the template raises or uses what the interpreter does not have,
-// when a built-in format cannot express them, or when the template is unknown.
-std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl, const std::string& what,
+// when a built-in format cannot express them, or when the template is unknown. Objects in
+// `messages` (tool-call arguments) keep their key order, as in ChatExtras.
+std::string render_chat(const nlohmann::ordered_json& messages, const ChatTemplate& tmpl, const std::string& what,
                         const ChatExtras& extras = {});
 
 // Checks `tools` and `chat_template_kwargs` as a request or prompts-file line gives them (an

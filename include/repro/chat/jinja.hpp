@@ -40,11 +40,12 @@ class Template {
   Template(const Template&) = delete;
   Template& operator=(const Template&) = delete;
 
-  // Renders with `variables` (a JSON object: name -> value) beside the globals (range, namespace,
+  // Renders with `variables` (a JSON object: name -> value; objects keep their key order, which
+  // dict iteration and tojson follow) beside the globals (range, namespace,
   // dict, raise_exception, strftime_now). Throws UsageError("<origin> line N: ...") when the
   // template raises (raise_exception), uses something undefined in a way Jinja2 refuses, calls
   // what it does not have, or exceeds a limit (output size, steps, recursion).
-  std::string render(const nlohmann::json& variables) const;
+  std::string render(const nlohmann::ordered_json& variables) const;
 
   const std::string& origin() const { return origin_; }
 

@@ -62,6 +62,7 @@ nlohmann::json parse_extra_body(const std::string& text);
 //   --stream --max-retries --timeout --verbose
 struct EndpointFlags {
   std::vector<std::string> endpoints;  // [LABEL=]URL
+  std::vector<std::string> parse_special;  // --endpoint-parse-special [LABEL=]yes|no (bare: every endpoint)
   std::string api_model, api = "chat", provider = "openai", api_key_env = "OPENAI_API_KEY", api_key_file, ca_cert,
               extra_body;
   bool stream = false, verbose = false;

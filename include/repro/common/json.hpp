@@ -30,11 +30,19 @@ struct JsonLimits {
 // left null.
 bool parse_json(std::string_view text, nlohmann::json& out, std::string* error = nullptr,
                 JsonLimits limits = {});
+// The same into an ordered_json, whose objects keep the document's key order (nlohmann::json sorts
+// them). For what a chat template reads (messages, tools, chat_template_kwargs): Jinja2 iterates
+// and `tojson` prints a dict in insertion order, so a tool's keys must reach it as the user wrote
+// them.
+bool parse_json(std::string_view text, nlohmann::ordered_json& out, std::string* error = nullptr,
+                JsonLimits limits = {});
 
 // The same, returning the value (null on failure, as nlohmann's discarded values are tested with
 // is_discarded(); here test the bool form or use parse_json_or_throw).
 // Throws UsageError("<what>: <reason>") on failure.
 nlohmann::json parse_json_or_throw(std::string_view text, const std::string& what, JsonLimits limits = {});
+nlohmann::ordered_json parse_ordered_json_or_throw(std::string_view text, const std::string& what,
+                                                   JsonLimits limits = {});
 
 // The nesting depth of a parsed value (0 for a scalar, 1 for [] or {}), computed without recursion.
 int json_depth(const nlohmann::json& v);

@@ -49,10 +49,11 @@ struct ResponseFormat {
 struct CompletionRequest {
   bool chat = false;                     // /v1/chat/completions (messages) or /v1/completions (prompt)
   std::optional<std::string> model;
-  nlohmann::json messages;               // chat: [{"role", "content"}, ...]
+  nlohmann::ordered_json messages;       // chat: [{"role", "content"}, ...]
   // chat: `tools` (an array of objects) and `chat_template_kwargs` (an object: further chat-template
-  // variables, e.g. enable_thinking, as vLLM and SGLang take them); null when absent.
-  nlohmann::json tools, chat_template_kwargs;
+  // variables, e.g. enable_thinking, as vLLM and SGLang take them); null when absent. These three
+  // keep the body's key order: a chat template iterates and prints them in that order.
+  nlohmann::ordered_json tools, chat_template_kwargs;
   std::string prompt;                    // completions: the prompt text...
   std::vector<int64_t> prompt_ids;       // ...or its token ids (read: an array of integers)
   std::optional<int64_t> max_tokens;     // read: max_tokens, or chat's max_completion_tokens
@@ -89,11 +90,12 @@ struct RequestRules {
 
 // "the request body is larger than this server's limit of N bytes (--max-body-bytes)"
 std::string body_limit_message(size_t max_body_bytes);
-// The body as a JSON object; 413 over the limit, 400 when it is not JSON or not an object.
-nlohmann::json parse_request_body(const std::string& body, size_t max_body_bytes);
+// The body as a JSON object, keys in the body's order; 413 over the limit, 400 when it is not JSON
+// or not an object.
+nlohmann::ordered_json parse_request_body(const std::string& body, size_t max_body_bytes);
 // Validates every field in a fixed order (the first problem is the one reported); throws ApiError
 // (400/404) naming the field. The result has max_tokens set (the default when absent: 16 for
 // completions, else what the limit and the context allow).
-CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const RequestRules& rules);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, bool chat, const RequestRules& rules);
 
 }  // namespace repro

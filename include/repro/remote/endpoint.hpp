@@ -19,6 +19,11 @@ Provider parse_provider(const std::string& name);
 const char* provider_name(Provider p);
 // Whether this preset sends logprobs when asked (Ollama's OpenAI API does not return them).
 bool provider_supports_logprobs(Provider p);
+// Whether the preset's server matches special-token text in a completion prompt ("<|im_start|>"
+// becomes that control token), as the local engine does under --parse-special: "yes" for vllm,
+// sglang and tgi (Hugging Face tokenizers match added and special tokens in text) and llamacpp (its
+// server tokenizes prompts with special parsing on); "unknown" for openai, azure and ollama.
+const char* provider_parse_special(Provider p);
 
 struct EndpointSpec {
   std::string label;               // label (the audit reports it as the mode)
@@ -27,6 +32,12 @@ struct EndpointSpec {
   std::string api = "chat";        // "chat" | "completions"
   Provider provider = Provider::openai;
   bool stream = false;
+  // The endpoint's rule for special-token text in completion prompts: "yes" (matched, as
+  // --parse-special does locally), "no" (encoded as ordinary text) or "unknown". The preset's
+  // (provider_parse_special) unless --endpoint-parse-special says otherwise; parse_special_source
+  // says which ("preset vllm", "--endpoint-parse-special"). Recorded per endpoint in the report.
+  std::string parse_special = "unknown";
+  std::string parse_special_source;
   nlohmann::json extra_body = nlohmann::json::object();  // merged (top level, overriding) into every request
   std::string api_key;             // memory only; empty = no auth header
   std::string azure_api_version = "2024-06-01";

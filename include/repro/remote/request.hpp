@@ -22,8 +22,10 @@ struct RequestDecoding {
 
 struct RequestParams {
   std::string prompt;              // completions API (and chat when messages is empty)
-  nlohmann::json messages;         // chat API: [{"role","content"}]; null/empty -> one user message = prompt
-  nlohmann::json tools, chat_template_kwargs;  // chat API: sent when not null
+  nlohmann::ordered_json messages;  // chat API: [{"role","content"}]; null/empty -> one user message = prompt
+  // chat API: sent when not null. These three are sent with their keys in the order they were
+  // written (the endpoint's chat template prints tools in that order).
+  nlohmann::ordered_json tools, chat_template_kwargs;
   RequestDecoding decoding;
   uint64_t seed = 0;
   bool send_seed = true;

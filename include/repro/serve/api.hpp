@@ -44,7 +44,7 @@ struct Parsed {
 
 // The body (read by parse_request_body) as an engine request: the wire format's parser
 // (parse_completion_request) with this model's checks; throws ApiError (400/404) naming the field.
-Parsed parse_request(const ApiContext& cx, const json& body, bool chat);
+Parsed parse_request(const ApiContext& cx, const nlohmann::ordered_json& body, bool chat);
 
 // Length of the prefix of `text` that can be streamed now: it holds back any stop string (the engine
 // cuts it) and any suffix that could still grow into one, and never splits a UTF-8 sequence.
