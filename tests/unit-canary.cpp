@@ -344,7 +344,7 @@ TEST_CASE("canary renders messages with the baseline's chat template; --chat-tem
   CHECK(green.code == 0);
   red = cli(dir, "canary --baseline base-file --chat-template t2.jinja --quiet --out red-file");
   INFO(red.output);
-  CHECK(red.code == 2);
+  CHECK(red.code == 5);
   CHECK(red.output.find("chat template jinja sha256 " + sha256_hex(t1).substr(0, 12)) != std::string::npos);
   // diff names it among the configuration changes; --resume refuses the other template.
   auto diff = cli(dir, "diff base-file/report.json red-file/report.json");

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "repro/audit/advice.hpp"
 #include "repro/audit/analysis.hpp"
 #include "repro/audit/runner.hpp"
 #include "repro/common/error.hpp"
@@ -1007,4 +1008,106 @@ TEST_CASE("endpoints: divergent tokens shown as the text their logprobs named, n
   CHECK(cmd.rfind("curl -sS 'http://127.0.0.1:9/v1/chat/completions'", 0) == 0);
   CHECK(cmd.find("\"Authorization: Bearer $OPENAI_API_KEY\"") != std::string::npos);
   CHECK(cmd.find("Once upon a time") != std::string::npos);
+}
+
+TEST_CASE("advice: keep f32 activations where bf16 diverged and f32 did not, at the measured cost") {
+  AuditReport r;
+  r.plan = {{"repeats", 2}, {"batch_sizes", {1, 8}}, {"modes", {"default"}}, {"precisions", {"f32", "bf16"}}};
+  r.prompts = {{"p1", "Once upon a time"}};
+  r.thresholds.modes = {"default"};
+  const std::vector<int> a{10, 11, 12, 13}, b{10, 11, 20, 21};
+  int rep = 0;
+  for (int bs : {1, 8})
+    for (int i = 0; i < 2; ++i, ++rep)
+      for (const char* prec : {"f32", "bf16"}) {
+        const bool bf16 = std::string(prec) == "bf16";
+        Completion c = mk("p1", "default", bf16 && bs == 8 ? b : a, "t", bs, rep, bf16 ? 0.05 : 0.1);
+        c.precision = prec;
+        r.completions.push_back(c);
+      }
+  analyze(r);
+  const Advice* keep = nullptr;
+  for (const auto& adv : r.advice)
+    if (adv.action.rfind("Keep f32 activations", 0) == 0) keep = &adv;
+  REQUIRE(keep != nullptr);
+  CHECK(keep->about == "default (bf16)");
+  CHECK(keep->because == "default (bf16) diverged in 1 of 1 case; default (f32) diverged in none of its 1 case");
+  // f32 took twice as long per completion here: its measured ratio against bf16, with the spread
+  CHECK(keep->cost.rfind("default (f32) ran at 0.50x ±0.00 the throughput of default (bf16)", 0) == 0);
+  // f32 diverged too: no such advice
+  for (auto& c : r.completions)
+    if (c.precision == "f32" && c.batch_size == 8) c.tokens = b;
+  analyze(r);
+  for (const auto& adv : r.advice) CHECK(adv.action.find("Keep f32") == std::string::npos);
+}
+
+TEST_CASE("advice: pin OPENBLAS_CORETYPE where replicated hosts disagree in default mode, in every format") {
+  AuditReport r = small_report();
+  MergeInfo mi;
+  mi.replicate = true;
+  mi.count = 3;
+  mi.hosts.push_back({"node-a", 2, 2, 0, 0, ""});
+  mi.hosts.push_back({"node-b", 2, 0, 1, 1, "p1 [greedy] default: token 3 differs"});
+  mi.hosts.push_back({"node-c", 2, 2, 0, 0, ""});
+  r.merge = mi;
+  compute_advice(r);
+  std::vector<const Advice*> pin;
+  for (const auto& adv : r.advice)
+    if (adv.action.find("OPENBLAS_CORETYPE") != std::string::npos) pin.push_back(&adv);
+  REQUIRE(pin.size() == 1);  // only the host that differs
+  CHECK(pin[0]->about == "node-b");
+  CHECK(pin[0]->because ==
+        "host node-b differs from the first host in 2 of the 2 cases run on both (tokens in 1, bits only in 1); "
+        "p1 [greedy] default: token 3 differs");
+  CHECK(pin[0]->cost.rfind("not measured", 0) == 0);
+  CHECK(to_markdown(r).find("node-b: Pin OPENBLAS\\_CORETYPE to one value") != std::string::npos);  // Markdown escapes _
+  for (const std::string& text : {to_html(r), to_terminal(r)})
+    CHECK(text.find("node-b: Pin OPENBLAS_CORETYPE to one value") != std::string::npos);
+  // without default mode (batch-invariant reads no OpenBLAS kernels) it is not the advice
+  r.completions.erase(std::remove_if(r.completions.begin(), r.completions.end(),
+                                     [](const Completion& c) { return c.mode == "default"; }),
+                      r.completions.end());
+  analyze(r);
+  compute_advice(r);
+  for (const auto& adv : r.advice) CHECK(adv.action.find("OPENBLAS_CORETYPE") == std::string::npos);
+}
+
+TEST_CASE("endpoints: a chat prompt's curl reproducer sends its messages, tools and template arguments again") {
+  AuditReport r;
+  r.environment = {{"endpoints", {{{"label", "ep"}, {"url", "http://127.0.0.1:9"}, {"api", "chat"},
+                                   {"api_model", "m"}, {"provider", "vllm"}}}}};
+  r.prompts = {{"p", "<rendered>"}};
+  r.plan = {{"max_tokens", 8},
+            {"prompt_ids", {"p"}},
+            {"prompt_messages",
+             {{"p", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Weather?"}}}}}},
+            {"prompt_chat_extras",
+             {{"p",
+               {{"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}},
+                {"chat_template_kwargs", {{"enable_thinking", false}}}}}}}};
+  for (int i = 0; i < 4; ++i) {
+    Completion c;
+    c.prompt_id = "p";
+    c.decoding_id = "greedy";
+    c.mode = "ep";
+    c.batch_size = i < 2 ? 1 : 8;
+    c.repeat = i % 2;
+    c.response_id = "id-" + std::to_string(i);  // an endpoint's completion
+    c.tokens = {5, i < 2 ? 7 : 9};
+    r.completions.push_back(c);
+  }
+  analyze(r);
+  REQUIRE(r.cases.size() == 1);
+  const std::string& cmd = r.cases[0].clusters[0].repro_command;
+  CAPTURE(cmd);
+  CHECK(cmd.rfind("# tools are recorded with their keys sorted", 0) == 0);
+  const size_t d = cmd.find(" -d '");
+  REQUIRE(d != std::string::npos);
+  const nlohmann::json body = nlohmann::json::parse(cmd.substr(d + 5, cmd.size() - d - 6));
+  CHECK(body["messages"] == nlohmann::json::parse(
+                                R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Weather?"}])"));
+  CHECK(body["tools"][0]["function"]["name"] == "get_weather");
+  CHECK(body["chat_template_kwargs"]["enable_thinking"] == false);
+  CHECK(body["max_tokens"] == 8);
+  CHECK(cmd.find("<rendered>") == std::string::npos);  // not the rendered text as one user message
 }

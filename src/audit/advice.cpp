@@ -95,9 +95,9 @@ void local_advice(AuditReport& r, std::vector<Advice>& out) {
     Advice a;
     a.about = mode_label(m.mode, m.precision);
     a.action = "Keep f32 activations (--precisions f32; in an engine, its f32 activation / KV-cache dtype)";
-    a.because = fmt::format("{} diverged in {}; {} in none of {}", mode_label(m.mode, m.precision),
+    a.because = fmt::format("{} diverged in {}; {} diverged in none of its {}", mode_label(m.mode, m.precision),
                             cases_text(m.divergent_cases, m.cases), mode_label(m.mode, "f32"),
-                            cases_text(f32->cases, f32->cases));
+                            f32->cases == 1 ? std::string("1 case") : fmt::format("{} cases", f32->cases));
     const std::string mode = m.mode, prec = m.precision;
     SpeedRatio sp = speed_ratio_of(
         r, [&](const Completion& c) { return c.mode == mode && c.precision == "f32" && c.decoding_id == "greedy"; },
@@ -115,8 +115,9 @@ void local_advice(AuditReport& r, std::vector<Advice>& out) {
       a.about = h.host;
       a.action = "Pin OPENBLAS_CORETYPE to one value (for example OPENBLAS_CORETYPE=Haswell) on every host, so "
                  "OpenBLAS runs the same kernels whatever CPU it finds";
-      a.because = fmt::format("host {} differs from the first host in {} of {} (tokens in {}, bits only in {}){}",
-                              h.host, cases_text(h.token_differ + h.bit_differ, h.cases), "cases run on both",
+      a.because = fmt::format("host {} differs from the first host in {} of the {} cases run on both (tokens in {}, "
+                              "bits only in {}){}",
+                              h.host, h.token_differ + h.bit_differ, h.cases,
                               h.token_differ, h.bit_differ, h.first_difference.empty() ? "" : "; " + h.first_difference);
       a.cost = "not measured: rerun the replicated shards with the variable set to measure it";
       out.push_back(std::move(a));

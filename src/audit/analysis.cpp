@@ -19,6 +19,7 @@
 #include "repro/audit/drift_size.hpp"
 #include "repro/audit/isolation.hpp"
 #include "repro/audit/panel.hpp"
+#include "repro/audit/plan.hpp"
 #include "repro/audit/stats.hpp"
 #include "repro/audit/structured.hpp"
 #include "repro/structured/json_schema.hpp"
@@ -228,6 +229,14 @@ static std::string remote_repro_command(const AuditReport& r, const Completion& 
     spec.provider = parse_provider(rec->value("provider", "openai"));
     RequestParams p;
     p.prompt = prompt->second;
+    // A chat prompt goes again as the messages, tools and template arguments the run sent.
+    bool tools = false;
+    if (const auto rp = report_prompt(r, c.prompt_id)) {
+      if (rp->messages.is_array() && !rp->messages.empty()) p.messages = rp->messages;
+      p.tools = rp->tools;
+      p.chat_template_kwargs = rp->chat_template_kwargs;
+      tools = !rp->tools.is_null();
+    }
     p.decoding.id = c.decoding_id;
     p.decoding.max_tokens = r.plan.is_object() ? r.plan.value("max_tokens", 32) : 32;
     for (const auto& part : split(c.decoding_id, '-')) {  // "t0.8-p0.95-k40-s1" (see decoding_cells)
@@ -248,6 +257,9 @@ static std::string remote_repro_command(const AuditReport& r, const Completion& 
     cmd += spec.provider == Provider::azure ? " -H \"api-key: $AZURE_OPENAI_API_KEY\""
                                             : " -H \"Authorization: Bearer $OPENAI_API_KEY\"";
     cmd += " -d " + shell_quote(h.body);
+    if (tools && spec.api == "chat")  // report.json keeps JSON objects with their keys sorted
+      cmd = "# tools are recorded with their keys sorted; a template that prints them in file order needs the "
+            "prompts file's own tools\n" + cmd;
     if (rec->contains("extra_body_sha256"))
       cmd = "# the run also sent --extra-body fields (only their digest is recorded): add them to the body\n" + cmd;
     return cmd;

@@ -99,6 +99,8 @@ PlanOptions plan_from_report(const AuditReport& report);
 // order): each with its text, its chat messages (plan.prompt_messages) and its task and variant
 // (prompt_variants). An id without a text is left out; plan_from_report refuses such a report.
 std::vector<Prompt> report_prompts(const AuditReport& report);
+// One of them by id, as report_prompts gives it; nullopt when the report holds no text for the id.
+std::optional<Prompt> report_prompt(const AuditReport& report, const std::string& id);
 // Every option's valid range (error names the flag), prompts present, and what the local engine
 // can hold (context_length: -1 when unknown, i.e. remote).
 void validate_plan(const PlanOptions& o, int context_length);
