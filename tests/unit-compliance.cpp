@@ -463,3 +463,42 @@ TEST_CASE("env: the environment record every report carries, with numerics varia
   CHECK(rep["tool"] == now["tool"]);
   CHECK(rep["cpu"] == now["cpu"]);
 }
+
+TEST_CASE("report.json's file form: arrays of scalars on one line; a report signed in the earlier form still verifies") {
+  const auto& s = signed_report();
+  const std::string text = read_file((s.dir / "report.json").string());
+  const json doc = json::parse(text);
+  CHECK(text == canonical_json(doc));
+  CHECK(json::parse(canonical_json(doc)) == doc);
+  CHECK(text.find("\"batch_sizes\": [1, 4]") != std::string::npos);
+  CHECK(canonical_json(json::parse(R"({"a":[],"b":{},"c":[[1,2],{"x":[true,null,"s"]}],"d":1.5})")) ==
+        "{\n  \"a\": [],\n  \"b\": {},\n  \"c\": [\n    [1, 2],\n    {\n      \"x\": [true, null, \"s\"]\n    }\n  ],\n"
+        "  \"d\": 1.5\n}\n");
+  CHECK(canonical_json_v1(doc).size() > text.size());
+
+  // An attestation made over the earlier file form (every array element on its own line): the file as it
+  // was written then, its subject digest of that form, signed with the same key.
+  using namespace repro::compliance;
+  fs::path d = copy_signed("v1-form");
+  const std::string v1 = canonical_json_v1(doc);
+  write(d / "report.json", v1);
+  ReportFiles files = locate_report(d.string());
+  json statement = build_statement(files);
+  for (auto& subj : statement["subject"])
+    if (subj["name"] == "report.json") subj["digest"]["sha256"] = sha256_hex(v1);
+  const std::string payload = canonical_json_compact(statement);
+  const std::string sig = ed25519_sign(load_private_key(s.key.string()), dsse_pae(kPayloadType, payload));
+  const json envelope = {{"payloadType", kPayloadType},
+                         {"payload", base64_encode(payload)},
+                         {"signatures", json::array({{{"keyid", load_public_key(s.pub.string()).key_id},
+                                                      {"sig", base64_encode(sig)}}})}};
+  write(d / "report.intoto.jsonl", envelope.dump() + "\n");
+  auto v = verify(d, s.pub);
+  INFO(v.output);
+  CHECK(v.code == 0);
+  CHECK(v.output.find("report.json: sha256 matches the attestation") != std::string::npos);
+  // and a changed value in that form is still caught
+  write(d / "report.json", v1.substr(0, v1.find("\"max_tokens\": 8")) + "\"max_tokens\": 9" +
+                               v1.substr(v1.find("\"max_tokens\": 8") + 15));
+  CHECK(verify(d, s.pub).code == 1);
+}

@@ -8,7 +8,8 @@
 //     have no JSON form and are written as null;
 //   - strings as UTF-8; invalid UTF-8 bytes are replaced by U+FFFD; control characters and '"' and
 //     '\' escaped as JSON requires, nothing else escaped (no \u escapes for non-ASCII).
-// Compact form: no whitespace at all. File form: the same, indented by 2 spaces, ending with "\n".
+// Compact form: no whitespace at all. File form: the same, objects and arrays of objects or arrays one
+// member per line indented by 2 spaces, an array of scalars on one line ("[1, 2, 3]"), ending with "\n".
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,8 +19,12 @@ namespace repro {
 
 // The compact canonical bytes of `j`: what digests are computed over.
 std::string canonical_json_compact(const nlohmann::json& j);
-// The file form: canonical, indented by 2 spaces, with a trailing newline (how report.json is written).
+// The file form: canonical, indented by 2 spaces, arrays of scalars on one line, with a trailing
+// newline (how report.json is written).
 std::string canonical_json(const nlohmann::json& j);
+// The earlier file form (every array element on its own line, as nlohmann's dump(2) writes it): what
+// the attestations of reports written in it hash, so `verify` still accepts them.
+std::string canonical_json_v1(const nlohmann::json& j);
 
 // The fields a report's digest does not cover, as JSON pointers (RFC 6901). Today only
 // "/digests/report_sha256": the digest itself. A field a later writer adds to carry a digest or a
