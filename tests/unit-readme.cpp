@@ -18,6 +18,8 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
+#include <chrono>
 #include <vector>
 
 #include "test_util.hpp"
@@ -127,7 +129,9 @@ TEST_CASE("README examples: every command runs as written") {
       std::smatch port;
       REQUIRE_MESSAGE(std::regex_search(cmd, port, std::regex("--port (\\d+)")),
                       "README.md:" << e.line << ": a command started with & needs --port for the test to wait on");
-      script += "{ " + cmd + " ; } >'" + out + "' 2>&1 </dev/null &\necho $! >'" + dir.string() + "/pid-" +
+      // a simple command, not a { group }: $! is then the server's own PID, not a subshell's that
+      // would leave the server running when it is killed
+      script += cmd + " >'" + out + "' 2>&1 </dev/null &\necho $! >'" + dir.string() + "/pid-" +
                 std::to_string(i) + "'\necho 0 >'" + rc + "'\n";
       script += "for t in $(seq 600); do (exec 3<>/dev/tcp/127.0.0.1/" + port[1].str() +
                 ") 2>/dev/null && break; sleep 0.1; done\n";
@@ -145,7 +149,17 @@ TEST_CASE("README examples: every command runs as written") {
   // servers the README left running are stopped by their PID
   for (size_t i = 0; i < examples.size(); ++i) {
     const std::string pid = slurp(dir / ("pid-" + std::to_string(i)));
-    if (!pid.empty()) ::kill(std::stoi(pid), SIGTERM);
+    if (pid.empty()) continue;
+    ::kill(std::stoi(pid), SIGTERM);
+    // and it is gone: a server left running would hold its port for the next run
+    bool gone = false;
+    for (int t = 0; t < 100 && !gone; ++t) {
+      const std::string stat = slurp("/proc/" + pid + "/stat");  // "PID (comm) S ...": gone, or a zombie
+      const size_t paren = stat.rfind(')');
+      gone = stat.empty() || (paren != std::string::npos && stat.compare(paren + 1, 2, " Z") == 0);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    CHECK_MESSAGE(gone, "the server started by README example " << i << " (PID " << pid << ") still runs");
   }
   CHECK_MESSAGE(r.code == 0, r.output);
   for (size_t i = 0; i < examples.size(); ++i) {
