@@ -282,6 +282,8 @@ int run_bench(const BenchOptions& o) {
   cfg.threads = threads;
   cfg.device = device;
   cfg.precision = precision;
+  cfg.tp = o.engine.tp;
+  cfg.allreduce = o.engine.allreduce_value();
   cfg.modes = modes;
   cfg.batch_sizes = batches;
   cfg.prompt_lengths = lengths;
@@ -311,6 +313,7 @@ void setup_bench(CLI::App& parent, Runner& runner) {
   spec.model_repeatable = true;
   spec.mode = false;  // default and the --modes tables, side by side
   spec.threads_list = true;
+  spec.tp = true;
   spec.model_help =
       "Model file or synthesized model (repeatable; synth:100m = the synthesized ~100M model, several minutes and a 220 MB file, see `run "
       "--help` for the other synth: names; default: the embedded stories260K)";
