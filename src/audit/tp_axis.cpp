@@ -113,21 +113,32 @@ void analyze_tp(AuditReport& r) {
   }
   // Across modes, per precision and TP size: "changing TP 1 -> 4 (ring) changes 37% of greedy
   // completions at bf16 (default); 0 with tp-invariant".
-  std::map<std::tuple<std::string, int, std::string>, std::vector<std::pair<std::string, Rate>>> across;
+  // Each mode's token share, with the share of completions whose bits moved when the tokens did not
+  // tell it all: "changes 0% of greedy completions at bf16 (default; the bits of 100%)".
+  struct ModeRates {
+    std::string mode;
+    Rate tokens, bits;
+  };
+  std::map<std::tuple<std::string, int, std::string>, std::vector<ModeRates>> across;
   for (const auto& ms : r.summary.modes)
     for (const auto& t : ms.tp) {
       const Rate& rate = t.greedy_token_differ.n > 0 ? t.greedy_token_differ : t.token_differ;
-      across[{ms.precision, t.tp, t.allreduce}].push_back({ms.mode, rate});
+      across[{ms.precision, t.tp, t.allreduce}].push_back({ms.mode, rate, t.bit_differ});
     }
   for (const auto& [k, modes] : across) {
     const auto& [precision, tp, allreduce] = k;
     const bool greedy = std::any_of(r.completions.begin(), r.completions.end(),
                                     [](const Completion& c) { return c.decoding_id == "greedy"; });
-    std::string s = fmt::format("changing TP 1 -> {}{} changes {} of {} completions at {} ({})", tp,
-                                allreduce.empty() ? "" : " (" + allreduce + ")", pct(modes[0].second),
-                                greedy ? "greedy" : "the", precision, modes[0].first);
+    auto bits = [](const ModeRates& m) {
+      return m.bits.k == 0 || m.bits.k == m.tokens.k ? std::string() : "the bits of " + pct(m.bits);
+    };
+    std::string s = fmt::format("changing TP 1 -> {}{} changes {} of {} completions at {} ({}{})", tp,
+                                allreduce.empty() ? "" : " (" + allreduce + ")", pct(modes[0].tokens),
+                                greedy ? "greedy" : "the", precision, modes[0].mode,
+                                bits(modes[0]).empty() ? "" : "; " + bits(modes[0]));
     for (size_t i = 1; i < modes.size(); ++i)
-      s += fmt::format("; {} with {}", modes[i].second.k == 0 ? "0" : pct(modes[i].second), modes[i].first);
+      s += fmt::format("; {} with {}{}", modes[i].tokens.k == 0 ? "0" : pct(modes[i].tokens), modes[i].mode,
+                       bits(modes[i]).empty() ? "" : " (" + bits(modes[i]) + ")");
     r.summary.tp_findings.push_back(s);
   }
 }
