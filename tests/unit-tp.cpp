@@ -14,6 +14,7 @@
 
 #include "../kernels/tp.hpp"
 #include "repro/audit/batch_context.hpp"
+#include "repro/audit/compare.hpp"
 #include "repro/common/error.hpp"
 #include "repro/engine/device.hpp"
 #include "repro/engine/engine.hpp"
@@ -298,4 +299,27 @@ TEST_CASE("run --tp 1,2,4 --allreduce ring,tree: TP is a factor; the report says
                              "' --tp 1,8");
   CHECK(bad.code == 2);
   CHECK(bad.output.find("error: --tp 8: the 4 KV heads are not divisible by 8") != std::string::npos);
+}
+
+TEST_CASE("tp: reports from before the TP axis compare as TP 1 ring; another TP plan is a config change") {
+  AuditReport old_run, new_run, tp_run;
+  old_run.plan = {{"profile", "quick"}, {"batch_sizes", {1, 8}}};
+  new_run.plan = old_run.plan;
+  new_run.plan["tp"] = {1};
+  new_run.plan["allreduce"] = {"ring"};
+  tp_run.plan = new_run.plan;
+  tp_run.plan["tp"] = {1, 4};
+  for (const auto& line : config_drift(old_run, new_run)) CHECK_MESSAGE(line.find("plan.") != 0, line);
+  bool named = false;
+  for (const auto& line : config_drift(old_run, tp_run)) named = named || line.rfind("plan.tp ", 0) == 0;
+  CHECK(named);
+}
+
+TEST_CASE("tp: serve and bench refuse a TP size the model does not divide into (exit 2)") {
+  for (const char* cmd : {"serve --tp 8 --port 0", "bench --tp 8 --batch-sizes 1 --no-prefill --no-ceilings --repeats 2 --max-tokens 2"}) {
+    CAPTURE(std::string(cmd));
+    auto r = test::run_cli(cmd);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("error: --tp 8: the 4 KV heads are not divisible by 8") != std::string::npos);
+  }
 }
