@@ -12,6 +12,7 @@
 #include "elementwise_math.hpp"
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
+#include "tp.hpp"
 #include "repro/kernels/backends.hpp"
 
 namespace repro::kernels {
@@ -107,6 +108,33 @@ void Ops::kv_copy(int dst, int src, int positions) {
   }
 }
 
+// ---- Ops: the simulated tensor parallelism (tables may override; see repro/kernels/ops.hpp) ----
+
+void Ops::matmul_partial(const Buffer& x, const Weight& w, int, Buffer& y, int M) { matmul(x, w, y, M); }
+
+// Any device: the partials come to the host, are added in the order of allreduce_reference and the
+// sum goes back (one rounding of parts[0] when there is nothing to add).
+void Ops::allreduce(Buffer* parts, int N, AllReduce algo, Precision p, size_t n) {
+  if (N == 1) return round_to(p, parts[0], n);
+  std::vector<std::vector<float>> host(N, std::vector<float>(n));
+  std::vector<float*> ptr(N);
+  for (int r = 0; r < N; ++r) {
+    download(parts[r], 0, host[r].data(), n);
+    ptr[r] = host[r].data();
+  }
+  allreduce_reference(ptr.data(), N, algo, p, n);
+  upload(parts[0], 0, host[0].data(), n);
+}
+
+void Ops::copy_cols(const Buffer& src, int R, int width, Buffer& dst, int dst_width, int col) {
+  std::vector<float> s(static_cast<size_t>(R) * width), d(static_cast<size_t>(R) * dst_width);
+  download(src, 0, s.data(), s.size());
+  download(dst, 0, d.data(), d.size());
+  for (int r = 0; r < R; ++r)
+    std::copy_n(s.data() + static_cast<size_t>(r) * width, width, d.data() + static_cast<size_t>(r) * dst_width + col);
+  upload(dst, 0, d.data(), d.size());
+}
+
 // ---- TableBase: the RoPE table and the attention rows, built once for every table ----
 
 bool TableBase::grow_rope(int pos, const RopeDims& d) {
@@ -173,6 +201,7 @@ const Registered kTables[] = {
     {Device::Cpu, Mode::Default, "cpu-default", kCpuTypes, make_cpu_default},
     {Device::Cpu, Mode::BatchInvariant, "cpu-batch-invariant", kCpuTypes, make_cpu_invariant},
     {Device::Cpu, Mode::Deterministic, "cpu-deterministic", kCpuTypes, make_cpu_deterministic},
+    {Device::Cpu, Mode::TpInvariant, "cpu-tp-invariant", kCpuTypes, make_cpu_tp_invariant},
 #ifdef REPRO_HAVE_CUDA
     {Device::Cuda, Mode::Default, "cuda-default", kCudaTypes, make_cuda_default},
     {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", kCudaTypes, make_cuda_invariant},
@@ -223,6 +252,9 @@ std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads) {
     ops->weight_types_ = t->weight_types;
     return ops;
   }
+  if (device == Device::Cuda && mode == Mode::TpInvariant)
+    throw BackendError("--mode tp-invariant runs on the CPU tables only (there is no cuda-tp-invariant table yet); use "
+                       "--device cpu, or batch-invariant on cuda");
   if (device == Device::Cuda && mode == Mode::Deterministic)
     throw BackendError("--mode deterministic runs the CPU reference kernels only (there is no cuda-deterministic "
                        "table); use --device cpu, or batch-invariant on cuda");

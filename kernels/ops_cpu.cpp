@@ -16,6 +16,11 @@
 //                        alone (OpsInfo::requests_alone). What a framework's deterministic switch
 //                        amounts to; the reference order IS the invariant order, so its bits equal
 //                        cpu-batch-invariant's (tests/unit-deterministic.cpp), only slower.
+//   cpu-tp-invariant     cpu-batch-invariant's kernels, and a row-parallel matmul's partial
+//                        (matmul_partial) in the blocks of tp_block(k_total) added along the
+//                        pairwise tree, the ranks' partials added along the same tree in f32
+//                        (kernels/tp/reference.cpp): bits independent of the TP size and of the
+//                        all-reduce algorithm.
 // Matmul reads every weight type in place: F32 through the f32 kernels, F16, BF16 and the GGUF
 // block formats through kernels/matmul/quant_*.cpp (dequantized panel by panel, activations stay
 // f32; the invariant order is fixed by K and the type). The embedding gather dequantizes the rows
@@ -27,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +44,7 @@
 #include "elementwise_math.hpp"
 #include "kernels.hpp"
 #include "matmul_quant.hpp"
+#include "tp.hpp"
 
 namespace repro::kernels {
 
@@ -54,6 +61,7 @@ struct CpuKernels {
   void (*rmsnorm)(const float*, const float*, float*, int, int, float, ThreadPool&);
   void (*attention)(const AttentionRow*, int, const AttentionShape&, ThreadPool&);
   bool alone = false;  // one thread, one request at a time (the deterministic table)
+  bool tp_blocks = false;  // row-parallel partials and the all-reduce in the tp-invariant order
 };
 
 // The reference kernels in the table's signature (they take no thread pool: plain loops, one thread).
@@ -76,6 +84,8 @@ const CpuKernels kInvariant{"cpu-batch-invariant", "batch-invariant", false, mat
                             rmsnorm_invariant, attention_invariant};
 const CpuKernels kDeterministic{"cpu-deterministic", "deterministic", false, matmul_ref, matmul_q_ref, rmsnorm_ref,
                                 attention_ref, true};
+const CpuKernels kTpInvariant{"cpu-tp-invariant", "tp-invariant", false, matmul_invariant, matmul_q_invariant,
+                              rmsnorm_invariant, attention_invariant, false, true};
 
 const float* f32_data(const Weight& w, const char* op, const char* table) {
   if (w.dtype != DType::F32)
@@ -138,6 +148,33 @@ class CpuOps final : public TableBase {
       return k_.matmul(x.data(), static_cast<const float*>(w.data), y.data(), M, w.rows, w.cols, pool_);
     const QuantWeight q{w.dtype, static_cast<const uint8_t*>(w.data), quant::row_bytes(w.dtype, w.cols)};
     k_.matmul_q(x.data(), q, y.data(), M, w.rows, w.cols, pool_);
+  }
+
+  // ---- tensor parallelism: the tp-invariant table's own order; the others run the base's ----
+  void matmul_partial(const Buffer& x, const Weight& w, int k_total, Buffer& y, int M) override {
+    if (!k_.tp_blocks) return matmul(x, w, y, M);
+    const int B = tp_block(k_total, w.dtype);
+    if (B == w.cols) return matmul(x, w, y, M);  // one block: the batch-invariant dot over it
+    // Each block through the table's own batch-invariant kernel (the F32 and F16/BF16 panels or
+    // the integer dot products; the block's weight rows are read in place, a row apart).
+    matmul_tp_blocks(x.data(), w.dtype, w.data, y.data(), M, w.rows, w.cols, B,
+                     [this](const float* xb, const QuantWeight& wb, float* yb, int m, int n, int k) {
+                       k_.matmul_q(xb, wb, yb, m, n, k, pool_);
+                     });
+  }
+
+  void allreduce(Buffer* parts, int N, AllReduce algo, Precision p, size_t n) override {
+    float* ptr[kMaxTp];
+    if (N < 1 || N > kMaxTp) throw std::logic_error("allreduce: N must be 1, 2, 4 or 8");
+    for (int r = 0; r < N; ++r) ptr[r] = parts[r].data();
+    if (k_.tp_blocks) return tp_allreduce_reference(ptr, N, p, n);
+    allreduce_reference(ptr, N, algo, p, n);
+  }
+
+  void copy_cols(const Buffer& src, int R, int width, Buffer& dst, int dst_width, int col) override {
+    for (int r = 0; r < R; ++r)
+      std::memcpy(dst.data() + static_cast<size_t>(r) * dst_width + col, src.data() + static_cast<size_t>(r) * width,
+                  sizeof(float) * width);
   }
 
   void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {
@@ -247,5 +284,6 @@ class CpuOps final : public TableBase {
 std::unique_ptr<Ops> make_cpu_default(int threads) { return std::make_unique<CpuOps>(kDefault, threads); }
 std::unique_ptr<Ops> make_cpu_invariant(int threads) { return std::make_unique<CpuOps>(kInvariant, threads); }
 std::unique_ptr<Ops> make_cpu_deterministic(int threads) { return std::make_unique<CpuOps>(kDeterministic, threads); }
+std::unique_ptr<Ops> make_cpu_tp_invariant(int threads) { return std::make_unique<CpuOps>(kTpInvariant, threads); }
 
 }  // namespace repro::kernels

@@ -43,6 +43,7 @@ class TableBase : public Ops {
 std::unique_ptr<Ops> make_cpu_default(int threads);    // kernels/ops_cpu.cpp
 std::unique_ptr<Ops> make_cpu_invariant(int threads);  // kernels/ops_cpu.cpp
 std::unique_ptr<Ops> make_cpu_deterministic(int threads);  // kernels/ops_cpu.cpp (one thread whatever `threads`)
+std::unique_ptr<Ops> make_cpu_tp_invariant(int threads);   // kernels/ops_cpu.cpp
 #ifdef REPRO_HAVE_CUDA
 std::unique_ptr<Ops> make_cuda_default(int threads);    // kernels/ops_cuda.cpp
 std::unique_ptr<Ops> make_cuda_invariant(int threads);  // kernels/ops_cuda.cpp

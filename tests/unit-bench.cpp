@@ -66,7 +66,8 @@ TEST_CASE("bench: decode and prefill per mode with warm-up, runs, mean, stddev, 
   CHECK(r.output.find("compute = OpenBLAS sgemm 128 x 128 x 128") != std::string::npos);
   CHECK(r.output.find("\n  2 threads: memory ") != std::string::npos);
   CHECK(r.output.find("performance model: 0.4 MiB of matmul weights read per step") != std::string::npos);
-  CHECK(r.output.find("ceiling tok/s   share d/inv") != std::string::npos);
+  // Every table that batches is a column: default, batch-invariant and tp-invariant.
+  CHECK(r.output.find("tp-invariant/default     ceiling tok/s share d/inv/tp-invariant") != std::string::npos);
 
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);

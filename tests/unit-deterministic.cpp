@@ -64,7 +64,7 @@ TEST_CASE("deterministic mode: the cpu-deterministic table runs the reference ke
   CHECK(parse_mode("deterministic") == Mode::Deterministic);
   CHECK(std::string(mode_name(Mode::Deterministic)) == "deterministic");
   CHECK_THROWS_WITH_AS(parse_mode("determinstic"),
-                       "--mode: unknown mode 'determinstic'; use default, batch-invariant, deterministic", UsageError);
+                       "--mode: unknown mode 'determinstic'; use default, batch-invariant, deterministic, tp-invariant", UsageError);
   CHECK_THROWS_WITH_AS(kernels::make_ops(Device::Cuda, Mode::Deterministic, 1),
                        doctest::Contains("--mode deterministic runs the CPU reference kernels only"), BackendError);
 }

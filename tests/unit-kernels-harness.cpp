@@ -27,6 +27,7 @@
 #include "../kernels/elementwise_math.hpp"
 #include "../kernels/kernels.hpp"
 #include "../kernels/matmul_quant.hpp"
+#include "../kernels/tp.hpp"
 #include "repro/kernels/ops.hpp"
 
 using namespace repro;
@@ -528,5 +529,189 @@ TEST_CASE("silu_mul: the CPU table's vector loop gives math::silu_mul's bits ove
       differ += !(std::memcmp(&out[i], &ref[i], 4) == 0 || (std::isnan(out[i]) && std::isnan(ref[i])));
     CAPTURE(ops->describe().isa);
     CHECK(differ == 0);
+  }
+}
+
+// ---- tensor parallelism (simulated; docs/ENGINE.md "Tensor parallelism") ----
+
+namespace {
+// Columns [s K/N, (s+1) K/N) of rows [R][K] (floats) or of weight rows (bytes of type t).
+std::vector<float> k_shard(const std::vector<float>& x, int rows, int K, int N, int s) {
+  const int ks = K / N;
+  std::vector<float> out(static_cast<size_t>(rows) * ks);
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(x.data() + static_cast<size_t>(r) * K + s * ks, ks, out.data() + static_cast<size_t>(r) * ks);
+  return out;
+}
+std::vector<uint8_t> k_shard_bytes(const std::vector<uint8_t>& w, DType t, int rows, int K, int N, int s) {
+  const size_t row = quant::row_bytes(t, K), srow = quant::row_bytes(t, K / N);
+  std::vector<uint8_t> out(srow * rows);
+  for (int r = 0; r < rows; ++r) std::copy_n(w.data() + r * row + s * srow, srow, out.data() + r * srow);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("op tables: a column-parallel split (output rows over ranks) changes no bits in the invariant tables") {
+  // Rank s of N computes weight rows [s Nout/N, (s+1) Nout/N): in the invariant tables its output
+  // is those columns of the whole product, bitwise, at every batch size. The default table's sgemm
+  // (from kSgemmMinRows rows) blocks by the whole shape, so there a rank's smaller product may
+  // round differently: counted and printed (the engine runs each rank's rows, so it simulates that).
+  const int Nout = 48, K = 96;
+  const auto x = nonzero(static_cast<size_t>(kPool) * K, 61);
+  const auto w = nonzero(static_cast<size_t>(Nout) * K, 62);
+  for (Table& t : tables()) {
+    CAPTURE(t.spec.name);
+    CAPTURE(t.threads);
+    Ops& ops = *t.ops;
+    const Weight W = ops.bind_weight({DType::F32, Nout, K, w.data()});
+    for (int b : kBatches) {
+      CAPTURE(b);
+      const auto rows = draw(b, 7u * b + 3u);
+      Buffer xb = to_device(ops, gather(x, rows, K)), yb = ops.alloc(static_cast<size_t>(b) * Nout);
+      ops.matmul(xb, W, yb, b);
+      const auto whole = to_host(ops, yb, static_cast<size_t>(b) * Nout);
+      for (int N : {2, 4, 8}) {
+        CAPTURE(N);
+        const int ns = Nout / N;
+        int bad = 0;
+        for (int s = 0; s < N; ++s) {
+          const Weight Ws = ops.bind_weight({DType::F32, ns, K, w.data() + static_cast<size_t>(s) * ns * K});
+          Buffer ys = ops.alloc(static_cast<size_t>(b) * ns);
+          ops.matmul(xb, Ws, ys, b);
+          const auto part = to_host(ops, ys, static_cast<size_t>(b) * ns);
+          for (int m = 0; m < b; ++m)
+            bad += !same(&part[static_cast<size_t>(m) * ns], &whole[static_cast<size_t>(m) * Nout + s * ns], ns);
+        }
+        if (t.invariant())
+          CHECK_MESSAGE(bad == 0, "rows whose rank columns differ from the whole product: " << bad);
+        else if (bad > 0)
+          MESSAGE(t.spec.name << " threads " << t.threads << " batch " << b << " TP " << N << ": " << bad
+                              << " rank rows differ from the whole product");
+      }
+    }
+  }
+}
+
+TEST_CASE("op tables: copy_cols puts a rank's columns in place, every table") {
+  const int R = 5, width = 6, dst_width = 24, col = 12;
+  const auto src = nonzero(static_cast<size_t>(R) * width, 91);
+  const auto dst = nonzero(static_cast<size_t>(R) * dst_width, 92);
+  std::vector<float> ref = dst;
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < width; ++j) ref[static_cast<size_t>(r) * dst_width + col + j] = src[static_cast<size_t>(r) * width + j];
+  for (Table& t : tables()) {
+    CAPTURE(t.spec.name);
+    Buffer sb = to_device(*t.ops, src), db = to_device(*t.ops, dst);
+    t.ops->copy_cols(sb, R, width, db, dst_width, col);
+    CHECK(same(to_host(*t.ops, db, ref.size()).data(), ref.data(), ref.size()));
+  }
+}
+
+TEST_CASE("op tables: row-parallel matmul (K shards + all-reduce), every table, TP size, order, precision") {
+  // K = 512 in F32: 8 tp-invariant blocks of 64. Each rank's partial comes from matmul_partial on its
+  // K shard; allreduce adds them. References, plain loops:
+  //   tp-invariant tables: matmul_tp_reference over the whole K (one tree over the 8 blocks), rounded
+  //     once: the SAME reference for every TP size and all-reduce order;
+  //   the other invariant tables: matmul_reference per shard, then allreduce_reference;
+  //   default: close to the latter (bitwise differences from the row alone are printed).
+  const int Nout = 40, K = 512;
+  const auto x = nonzero(static_cast<size_t>(kPool) * K, 71);
+  const auto w = nonzero(static_cast<size_t>(Nout) * K, 72);
+  std::vector<float> tp_ref(static_cast<size_t>(kPool) * Nout);
+  matmul_tp_reference(x.data(), DType::F32, w.data(), tp_ref.data(), kPool, Nout, K, K);
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    CAPTURE(std::string(precision_name(p)));
+    std::vector<float> tp_ref_p = tp_ref;
+    for (float& v : tp_ref_p) v = round_to_precision(p, v);
+    for (int N : {1, 2, 4, 8})
+      for (AllReduce a : {AllReduce::Ring, AllReduce::Tree}) {
+        CAPTURE(N);
+        CAPTURE(std::string(allreduce_name(a)));
+        // The ranks' shards and the reference of the plain tables.
+        std::vector<std::vector<float>> xs(N), ws(N), refs(N, std::vector<float>(static_cast<size_t>(kPool) * Nout));
+        std::vector<float*> ptr(N);
+        for (int s = 0; s < N; ++s) {
+          xs[s] = k_shard(x, kPool, K, N, s);
+          ws[s] = k_shard(w, Nout, K, N, s);
+          matmul_reference(xs[s].data(), ws[s].data(), refs[s].data(), kPool, Nout, K / N);
+          ptr[s] = refs[s].data();
+        }
+        allreduce_reference(ptr.data(), N, a, p, refs[0].size());
+        for (Table& t : tables()) {
+          const bool tpi = t.spec.mode == Mode::TpInvariant;
+          std::vector<Weight> W(N);
+          for (int s = 0; s < N; ++s) W[s] = t.ops->bind_weight({DType::F32, Nout, K / N, ws[s].data()});
+          const std::string name = "row-parallel matmul tp " + std::to_string(N) + " " + allreduce_name(a);
+          const RowOp op = [&](Ops& ops, const std::vector<int>& rows) {
+            const int M = static_cast<int>(rows.size());
+            std::vector<Buffer> parts;
+            for (int s = 0; s < N; ++s) {
+              Buffer xb = to_device(ops, gather(xs[s], rows, K / N));
+              parts.push_back(ops.alloc(static_cast<size_t>(M) * Nout));
+              ops.matmul_partial(xb, W[s], K, parts.back(), M);
+            }
+            ops.allreduce(parts.data(), N, a, p, static_cast<size_t>(M) * Nout);
+            return to_host(ops, parts[0], static_cast<size_t>(M) * Nout);
+          };
+          if (!tpi && a == AllReduce::Ring && N >= 4) {
+            // The ring's chunks cut the flattened [rows][Nout] buffer: an element's order depends on
+            // the batch size and the row's position (batch variance from the all-reduce itself), so
+            // only the whole pool, in order, is held to the reference.
+            CAPTURE(t.spec.name);
+            std::vector<int> all(kPool);
+            for (int i = 0; i < kPool; ++i) all[i] = i;
+            const std::vector<float> y = op(*t.ops, all);
+            if (t.invariant())
+              CHECK(same(y.data(), refs[0].data(), y.size()));
+            else
+              CHECK(rel_err(y.data(), refs[0].data(), y.size()) < (p == Precision::F32 ? 1e-5f : 2e-2f));
+            continue;
+          }
+          check_rows(t, name.c_str(), Nout, tpi ? tp_ref_p : refs[0], t.invariant(), p == Precision::F32 ? 1e-5f : 2e-2f,
+                     op);
+        }
+      }
+  }
+}
+
+TEST_CASE("op tables: tp-invariant partials on stored weight types are one tree over K whatever the TP size") {
+  // Q8_0 (K = 512: 8 blocks of 64) and Q4_K (K = 512: 2 blocks of 256, so TP 1 and 2), F16.
+  const int Nout = 24, K = 512;
+  const auto x = nonzero(static_cast<size_t>(kPool) * K, 81);
+  const auto wf = nonzero(static_cast<size_t>(Nout) * K, 82);
+  for (DType dt : {DType::F16, DType::Q8_0, DType::Q4_K}) {
+    CAPTURE(dtype_name(dt));
+    const size_t rb = quant::row_bytes(dt, K);
+    std::vector<uint8_t> wq(rb * Nout);
+    for (int n = 0; n < Nout; ++n) quant::quantize_row(dt, &wf[static_cast<size_t>(n) * K], &wq[n * rb], K);
+    std::vector<float> ref(static_cast<size_t>(kPool) * Nout);
+    matmul_tp_reference(x.data(), dt, wq.data(), ref.data(), kPool, Nout, K, K);
+    const int G = K / tp_block(K, dt);
+    for (Table& t : tables()) {
+      if (t.spec.mode != Mode::TpInvariant) continue;
+      for (int N = 1; N <= G; N *= 2) {
+        CAPTURE(N);
+        std::vector<std::vector<float>> xs(N);
+        std::vector<std::vector<uint8_t>> ws(N);
+        std::vector<Weight> W(N);
+        for (int s = 0; s < N; ++s) {
+          xs[s] = k_shard(x, kPool, K, N, s);
+          ws[s] = k_shard_bytes(wq, dt, Nout, K, N, s);
+          W[s] = t.ops->bind_weight({dt, Nout, K / N, ws[s].data()});
+        }
+        const std::string name = std::string("tp-invariant partial ") + dtype_name(dt) + " tp " + std::to_string(N);
+        check_rows(t, name.c_str(), Nout, ref, true, 0, [&](Ops& ops, const std::vector<int>& rows) {
+          const int M = static_cast<int>(rows.size());
+          std::vector<Buffer> parts;
+          for (int s = 0; s < N; ++s) {
+            Buffer xb = to_device(ops, gather(xs[s], rows, K / N));
+            parts.push_back(ops.alloc(static_cast<size_t>(M) * Nout));
+            ops.matmul_partial(xb, W[s], K, parts.back(), M);
+          }
+          ops.allreduce(parts.data(), N, AllReduce::Ring, Precision::F32, static_cast<size_t>(M) * Nout);
+          return to_host(ops, parts[0], static_cast<size_t>(M) * Nout);
+        });
+      }
+    }
   }
 }

@@ -42,7 +42,7 @@ TEST_CASE("profiles: unknown keys and bad values name the file, the key and the 
                        doctest::Contains(("profile '" + bad_key + "': unknown key \"repeat\"; allowed keys are").c_str()), UsageError);
   auto bad_mode = write(dir / "b.json", R"({"modes": ["fast"]})");
   CHECK_THROWS_WITH_AS(apply_profile(find_profile(bad_mode), o),
-                       doctest::Contains("key \"modes\" must be default, batch-invariant or deterministic (got 'fast')"), UsageError);
+                       doctest::Contains("key \"modes\" must be default, batch-invariant, deterministic or tp-invariant (got 'fast')"), UsageError);
   auto bad_n = write(dir / "c.json", R"({"repeats": 0})");
   CHECK_THROWS_WITH_AS(apply_profile(find_profile(bad_n), o), doctest::Contains("\"repeats\" must be an integer from 1"),
                        UsageError);
@@ -89,7 +89,7 @@ TEST_CASE("validate_plan: the errors name the flag and the fix") {
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--repeats must be an integer from 1 to 1000000 (got 0)"), UsageError);
   o.repeats = 1;
   o.modes = {"turbo"};
-  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--modes must be default, batch-invariant or deterministic (got 'turbo')"), UsageError);
+  CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--modes must be default, batch-invariant, deterministic or tp-invariant (got 'turbo')"), UsageError);
   o.modes = {"default"};
   o.batch_sizes = {2048};
   CHECK_THROWS_WITH_AS(validate_plan(o, 512), doctest::Contains("--batch-sizes"), UsageError);
@@ -190,6 +190,8 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"modes", {"batch-invariant"}},
       {"precisions", {"bf16", "f16"}},
       {"batch_sizes", {2, 3, 64}},
+      {"tp_sizes", {1, 4}},
+      {"allreduces", {"tree", "ring"}},
       {"positions", {"middle", "2"}},
       {"filler_sets", 4},
       {"filler_seed", 99},

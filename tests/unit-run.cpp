@@ -95,7 +95,7 @@ TEST_CASE("run: bad input exits 2 with one line naming the flag or file") {
     std::string args, expect;
   } cases[] = {
       {"run --repeats 0", "--repeats must be an integer from 1 to 1000000 (got 0)"},
-      {"run --modes fast", "--modes must be default, batch-invariant or deterministic (got 'fast')"},
+      {"run --modes fast", "--modes must be default, batch-invariant, deterministic or tp-invariant (got 'fast')"},
       {"run --min-tarr nan", "--min-tarr must be a number from 0 to 1 (got nan)"},
       {"run --temperatures=0,-0.5", "--temperatures must be numbers from 0 to 10 (got -0.5)"},
       {"run --profile nosuch", "unknown profile 'nosuch'"},

@@ -18,6 +18,7 @@
 #include "repro/audit/distribution.hpp"
 #include "repro/audit/drift_size.hpp"
 #include "repro/audit/isolation.hpp"
+#include "repro/audit/tp_axis.hpp"
 #include "repro/audit/panel.hpp"
 #include "repro/audit/plan.hpp"
 #include "repro/audit/stats.hpp"
@@ -196,6 +197,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   compute_tradeoff(r);
   analyze_variants(r);        // prompt variants per variant and per task (src/audit/variants.cpp)
   analyze_isolation(r);       // --isolation: leakage between rows (src/audit/isolation.cpp)
+  analyze_tp(r);              // --tp: each TP size against TP 1 (src/audit/tp_axis.cpp)
   record_endpoint_token_text(r);  // endpoints: divergent tokens as the text their logprobs named
   compute_advice(r);          // what to do about the findings (src/audit/advice.cpp)
 }
@@ -304,6 +306,7 @@ std::string repro_command(const AuditReport& r, const Completion& c) {
     cmd += " --seed " + std::to_string(c.seed);
   }
   cmd += " --batch-size " + std::to_string(c.batch_size) + " --position " + std::to_string(c.position);
+  if (c.tp != 1) cmd += " --tp " + std::to_string(c.tp) + (c.allreduce.empty() ? "" : " --allreduce " + c.allreduce);
   if (c.batch_size > 1) {
     cmd += " --filler-seed " + std::to_string(filler_seed + set);
     if (c.mate_join_step > 0) cmd += " --mate-join-step " + std::to_string(c.mate_join_step);

@@ -66,8 +66,9 @@ int reference_completion(const std::vector<Completion>& all, const std::vector<i
   auto key = [&](int i) {
     const Completion& c = all[i];
     int cache = c.cache_state == "warm" ? 1 : 0;
-    return std::make_tuple(c.batch_size, c.position, filler_draw_index(c.filler_set), c.mate_join_step,
-                           c.mate_prompt_delta, cache, c.repeat, i);
+    // TP 1 first (then the first all-reduce order in name order: "" at TP 1)
+    return std::make_tuple(c.tp, c.allreduce, c.batch_size, c.position, filler_draw_index(c.filler_set),
+                           c.mate_join_step, c.mate_prompt_delta, cache, c.repeat, i);
   };
   for (int i : members)
     if (best < 0 || key(i) < key(best)) best = i;
@@ -122,8 +123,9 @@ void analyze_drift_size(CaseResult& cr, const std::vector<Completion>& all, cons
   d.reference_context = remote_completion(ref)
                             ? fmt::format("concurrency {}{}, repeat {}", ref.batch_size,
                                           ref.cache_state.empty() ? "" : ", " + ref.cache_state + " cache", ref.repeat)
-                            : fmt::format("batch {}, position {}{}, repeat {}", ref.batch_size, ref.position,
-                                          ref.filler_set.empty() ? "" : ", fillers " + ref.filler_set, ref.repeat);
+                            : fmt::format("batch {}, position {}{}{}, repeat {}", ref.batch_size, ref.position,
+                                          ref.filler_set.empty() ? "" : ", fillers " + ref.filler_set,
+                                          ref.tp == 1 ? "" : ", TP " + std::to_string(ref.tp), ref.repeat);
   // fragile steps of the reference
   if (!ref.margins_rel.empty()) {
     int fragile = 0;

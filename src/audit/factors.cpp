@@ -29,6 +29,9 @@ const Factor kFactors[] = {
     {FactorId::Repeat, "repeat", [](const Completion& c) { return std::to_string(c.repeat); }, true,
      "between repeats of the same context"},
     {FactorId::Host, "host", [](const Completion& c) { return c.host; }, false, "the host (machine)"},
+    {FactorId::Tp, "tp", [](const Completion& c) { return std::to_string(c.tp); }, true, "the tensor-parallel size"},
+    {FactorId::AllReduce, "allreduce", [](const Completion& c) { return c.allreduce; }, false,
+     "the all-reduce order"},
 };
 
 }  // namespace

@@ -181,6 +181,10 @@ PlanOptions plan_from_report(const AuditReport& r) {
     static const nlohmann::json kWhole = "";
     if (!v && std::string(opt.report_key) == "shard") v = &kWhole;
     if (!v && std::string(opt.report_key) == "replicate_shards") v = &kNo;
+    // ... and ran without tensor parallelism.
+    static const nlohmann::json kTp1 = nlohmann::json::array({1}), kRing = nlohmann::json::array({"ring"});
+    if (!v && std::string(opt.report_key) == "tp") v = &kTp1;
+    if (!v && std::string(opt.report_key) == "allreduce") v = &kRing;
     // A remote run records no settings of the local engine: they keep their defaults.
     const nlohmann::json local_default = opt.get(PlanOptions{});
     if (!v && opt.local_only() && r.environment.is_object() && r.environment.contains("endpoints")) v = &local_default;
@@ -504,6 +508,21 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
   std::vector<int> sizes = o.batch_sizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  // TP sizes (ascending, once each) with their all-reduce orders: one at TP 1 and 2.
+  std::vector<std::pair<int, std::string>> tps;
+  for (int tp : std::set<int>(o.tp_sizes.begin(), o.tp_sizes.end())) {
+    if (tp <= 2) {
+      tps.push_back({tp, ""});
+      continue;
+    }
+    std::vector<std::string> seen;
+    for (const auto& a : o.allreduces)
+      if (std::find(seen.begin(), seen.end(), a) == seen.end()) {
+        seen.push_back(a);
+        tps.push_back({tp, a});
+      }
+  }
+  if (tps.empty()) tps.push_back({1, ""});
   for (int b : sizes) {
     std::set<int> positions;
     for (const auto& p : o.positions) {
@@ -518,10 +537,11 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
     for (int pos : positions)
       for (int f = 0; f < sets; ++f)
         for (int j : std::set<int>(joins.begin(), joins.end()))
-          for (int d : std::set<int>(deltas.begin(), deltas.end())) {
-            out.push_back({b, pos, f, j, d});
-            if (o.isolation && b > 1) out.push_back({b, pos, f, j, d, true});  // same shapes, other contents
-          }
+          for (int d : std::set<int>(deltas.begin(), deltas.end()))
+            for (const auto& [tp, ar] : tps) {
+              out.push_back({b, pos, f, j, d, false, tp, ar});
+              if (o.isolation && b > 1) out.push_back({b, pos, f, j, d, true, tp, ar});  // same shapes, other contents
+            }
   }
   return out;
 }

@@ -76,7 +76,8 @@ std::vector<T> as_list(const json& v) {
 }  // namespace
 
 bool PlanOption::local_only() const {
-  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "positions", "filler_sets",
+  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "tp_sizes", "allreduces",
+                                              "positions", "filler_sets",
                                               "filler_seed", "prompt_tokens", "generated_prompts", "mate_join_steps",
                                               "mate_prompt_deltas", "long_context_model", "threads"};
   return local.count(name) > 0;
@@ -96,12 +97,12 @@ const std::vector<PlanOption>& plan_options() {
      [](PlanOptions& o, const json& v) { o.repeats = v.get<int>(); },
      [](const json& v) { return int_in(v, 1, 1000000); }, "an integer from 1 to 1000000"},
     {"modes", OptionType::TextList, "--modes", "modes", "modes",
-     "Kernel modes, comma-separated: default,batch-invariant,deterministic (deterministic decodes every request "
-     "alone, one thread, reference kernels)", true,
+     "Kernel modes, comma-separated: default,batch-invariant,deterministic,tp-invariant (deterministic decodes every "
+     "request alone, one thread, reference kernels; tp-invariant also keeps its bits across TP sizes)", true,
      [](const PlanOptions& o) { return json(o.modes); },
      [](PlanOptions& o, const json& v) { o.modes = as_list<std::string>(v); },
-     [](const json& v) { return one_of(v, {"default", "batch-invariant", "deterministic"}); },
-     "default, batch-invariant or deterministic"},
+     [](const json& v) { return one_of(v, {"default", "batch-invariant", "deterministic", "tp-invariant"}); },
+     "default, batch-invariant, deterministic or tp-invariant"},
     {"precisions", OptionType::TextList, "--precisions", "precisions", "precisions",
      "Activation precisions, comma-separated: f32,bf16,f16 (each one a factor of the plan, like the modes)", true,
      [](const PlanOptions& o) { return json(o.precisions); },
@@ -112,6 +113,18 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.batch_sizes); },
      [](PlanOptions& o, const json& v) { o.batch_sizes = as_list<int>(v); },
      [](const json& v) { return int_in(v, 1, 4096); }, "integers from 1 to 4096"},
+    {"tp_sizes", OptionType::IntList, "--tp", "tp", "tp",
+     "Simulated tensor-parallel sizes, comma-separated: 1,2,4,8 (factors of every batch context, like the batch "
+     "size; the model must divide into each: heads, KV heads, FFN hidden size)", true,
+     [](const PlanOptions& o) { return json(o.tp_sizes); },
+     [](PlanOptions& o, const json& v) { o.tp_sizes = as_list<int>(v); },
+     [](const json& v) { return int_in(v, 1, 8) && (v.get<int>() & (v.get<int>() - 1)) == 0; }, "1, 2, 4 or 8"},
+    {"allreduces", OptionType::TextList, "--allreduce", "allreduce", "allreduce",
+     "All-reduce orders of --tp, comma-separated: ring,tree (each a factor from TP 4 on; TP 1 and 2 add alike)",
+     true,
+     [](const PlanOptions& o) { return json(o.allreduces); },
+     [](PlanOptions& o, const json& v) { o.allreduces = as_list<std::string>(v); },
+     [](const json& v) { return one_of(v, {"ring", "tree"}); }, "ring or tree"},
     {"positions", OptionType::TextList, "--positions", "positions", "positions",
      "Probe positions in the batch: first,middle,last or indices (an index no batch size holds is refused; one only "
      "the larger batch sizes hold is skipped for the smaller ones, with a note)", true,

@@ -11,6 +11,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/device.hpp"
+#include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/model/default_model.hpp"
 #include "repro/model/synth.hpp"
@@ -148,6 +149,9 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (q.given("--model")) throw UsageError("--model and --endpoint exclude each other; audit a local model or endpoints");
     if (q.given("--device") || q.given("--precision") || q.given("--precisions"))
       throw UsageError("--device and --precision(s) set the local engine; drop them with --endpoint");
+    if (q.given("--tp") || q.given("--allreduce"))
+      throw UsageError("--tp and --allreduce simulate tensor parallelism in the local engine; an endpoint's TP is "
+                       "its server's: drop them with --endpoint");
     if (q.given("--chat-template"))
       throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
                        "templates: drop it with --endpoint");
@@ -178,6 +182,8 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (resumed) check_resume_eog_tokens(q, report, *run.model);
     if (resumed) check_resume_chat_template(report, *run.model);
     validate_plan(plan, run.model->config.context_length);
+    // Every --tp size must divide the model (heads, KV heads, FFN hidden size, weight blocks).
+    for (int tp : plan.tp_sizes) check_tensor_parallel(*run.model, tp, "--tp");
     // A schema the model's vocabulary cannot spell is refused before anything runs.
     if (!plan.json_schema.is_null()) JsonConstraint(json_schema_of(plan), json_schema_where(plan), *run.model->tokenizer);
   }

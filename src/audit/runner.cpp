@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 #include <map>
+#include <tuple>
 #include <optional>
 #include <set>
 
@@ -33,7 +34,8 @@ std::string cell_key(const Completion& c) {
          "|" + std::to_string(c.position) + "|" + c.filler_set + "|" + c.cache_state + "|" + std::to_string(c.repeat) +
          (c.mate_join_step != 0 ? "|j" + std::to_string(c.mate_join_step) : "") +
          (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "") +
-         (c.mate_contents.empty() ? "" : "|m" + c.mate_contents);
+         (c.mate_contents.empty() ? "" : "|m" + c.mate_contents) + (c.tp != 1 ? "|tp" + std::to_string(c.tp) : "") +
+         (c.allreduce.empty() ? "" : "|" + c.allreduce);
 }
 
 std::string progress_line(const ProgressState& p, int width) {
@@ -193,6 +195,8 @@ Completion local_cell(const PlanOptions& plan, size_t pi, const DecodingCell& dc
   c.mate_join_step = cx.mate_join_step;
   c.mate_prompt_delta = cx.mate_prompt_delta;
   c.mate_contents = cx.other_contents ? "other" : "";
+  c.tp = cx.tp;
+  c.allreduce = cx.allreduce;
   c.seed = dc.seed;
   c.repeat = rep;
   return c;
@@ -261,7 +265,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     report.prompts[p.id] = texts.back();
   }
 
-  // One engine per (precision, mode), reused across cells (each batch leaves it empty).
+  // One engine per (precision, mode, TP size, all-reduce order), reused across cells (each batch
+  // leaves it empty); the TP ones are made when their first cell runs.
   std::vector<Precision> precisions;
   for (const auto& p : plan.precisions) precisions.push_back(parse_precision(p, "--precisions"));
   std::vector<std::vector<std::unique_ptr<Engine>>> engines(precisions.size());
@@ -269,6 +274,17 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     for (const auto& m : plan.modes)
       engines[pr].push_back(
           std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads, ctl.device, precisions[pr]}));
+  std::map<std::tuple<size_t, size_t, int, std::string>, std::unique_ptr<Engine>> tp_engines;
+  auto engine_for = [&](size_t pr, size_t mi, const ContextCell& cx) -> Engine& {
+    if (cx.tp == 1) return *engines[pr][mi];
+    auto& e = tp_engines[{pr, mi, cx.tp, cx.allreduce}];
+    if (!e)
+      e = std::make_unique<Engine>(model, EngineOptions{parse_mode(plan.modes[mi]), plan.threads, ctl.device,
+                                                        precisions[pr], cx.tp,
+                                                        parse_allreduce(cx.allreduce.empty() ? "ring" : cx.allreduce,
+                                                                        "--allreduce")});
+    return *e;
+  };
 
   const auto decodings = decoding_cells(plan);
   const auto contexts = context_cells(plan);
@@ -342,7 +358,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             Completion c = local_cell(plan, pi, dc, cx, rep, pr, mi);
             if (!mine.count(case_id(c))) continue;  // another shard's case
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
-            const std::string current = fmt::format("{} {} batch {}", c.mode, c.precision, cx.batch_size);
+            const std::string current = fmt::format("{} {} batch {}{}", c.mode, c.precision, cx.batch_size,
+                                                    cx.tp == 1 ? "" : " tp " + std::to_string(cx.tp));
             if (done.count(cell_key(c))) {
               progress.tick(work, false, current, diverged.count());
               continue;
@@ -357,7 +374,8 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.json_schema = constraint;
             BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set),
                             cx.mate_join_step, cx.mate_prompt_delta, plan.prompt_tokens, cx.other_contents};
-            BatchRun run = run_in_batch(*engines[pr][mi], req, bc);
+            Engine& engine = engine_for(pr, mi, cx);
+            BatchRun run = run_in_batch(engine, req, bc);
             int64_t gen_tokens = run.generated_tokens;
             double gen_seconds = run.seconds;
             if (constraint) {
@@ -373,7 +391,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
                 c.retry_tokens += static_cast<int64_t>(run.probe.tokens.size());
                 GenRequest again = req;
                 if (dc.cfg.temperature > 0) again.params.seed = dc.seed + static_cast<uint64_t>(k);
-                run = run_in_batch(*engines[pr][mi], again, bc);
+                run = run_in_batch(engine, again, bc);
                 gen_tokens += run.generated_tokens;
                 gen_seconds += run.seconds;
                 c.schema_valid = constraint->schema.validate(run.probe.text);

@@ -100,6 +100,8 @@ LocalResult run_local(const LocalConfig& cfg, LocalObserver& obs) {
           {"openblas_coretype", setup.openblas_coretype.value_or("")},
           {"device", device_name(cfg.device)},
           {"precision", precision_name(cfg.precision)},
+          {"tp", cfg.tp},
+          {"allreduce", allreduce_name(cfg.allreduce)},
           {"load_average_start", setup.load_average},
           {"op_tables", jtables},
           {"rows", nlohmann::json::array()},
@@ -147,7 +149,8 @@ LocalResult run_local(const LocalConfig& cfg, LocalObserver& obs) {
       const MachineCeiling* mc = ceilings.at(t);
       std::vector<std::unique_ptr<Engine>> engines;
       for (const auto& table : tables)
-        engines.push_back(std::make_unique<Engine>(*model, EngineOptions{table.mode, t, cfg.device, cfg.precision}));
+        engines.push_back(std::make_unique<Engine>(
+            *model, EngineOptions{table.mode, t, cfg.device, cfg.precision, cfg.tp, cfg.allreduce}));
 
       // ---- decode ----
       obs.decode_start(t, mc);

@@ -282,6 +282,8 @@ int run_bench(const BenchOptions& o) {
   cfg.threads = threads;
   cfg.device = device;
   cfg.precision = precision;
+  cfg.tp = o.engine.tp;
+  cfg.allreduce = o.engine.allreduce_value();
   cfg.modes = modes;
   cfg.batch_sizes = batches;
   cfg.prompt_lengths = lengths;
@@ -294,9 +296,21 @@ int run_bench(const BenchOptions& o) {
   LocalPrinter printer(o);
   const bench::LocalResult res = bench::run_local(cfg, printer);
   o.finish(res.any_noisy, res.load_average_end, res.json);
-  for (const std::string& mode : res.not_invariant)
+  // A ring all-reduce from TP 4 on cuts its chunks from the whole step's buffer, so the order of a
+  // row's sum depends on the batch (docs/ENGINE.md): expected of every mode but tp-invariant.
+  const bool ring_varies = cfg.tp >= 4 && cfg.allreduce == AllReduce::Ring;
+  bool failed = false;
+  for (const std::string& mode : res.not_invariant) {
+    if (ring_varies && mode != mode_name(Mode::TpInvariant)) {
+      fmt::print(stderr, "note: {} mode gave different bits across batch sizes at --tp {} --allreduce ring, as a ring "
+                         "all-reduce does (its chunks follow the batch); --allreduce tree keeps it batch-invariant\n",
+                 mode, cfg.tp);
+      continue;
+    }
     fmt::print(stderr, "error: {} mode gave different bits across batch sizes or threads\n", mode);
-  return res.not_invariant.empty() ? kExitOk : kExitBackend;
+    failed = true;
+  }
+  return failed ? kExitBackend : kExitOk;
 }
 
 }  // namespace
@@ -311,6 +325,7 @@ void setup_bench(CLI::App& parent, Runner& runner) {
   spec.model_repeatable = true;
   spec.mode = false;  // default and the --modes tables, side by side
   spec.threads_list = true;
+  spec.tp = true;
   spec.model_help =
       "Model file or synthesized model (repeatable; synth:100m = the synthesized ~100M model, several minutes and a 220 MB file, see `run "
       "--help` for the other synth: names; default: the embedded stories260K)";

@@ -105,6 +105,8 @@ int run_generate(const GenerateOptions& o) {
                         {"mode", mode_name(eo.mode)},
                         {"device", device_name(eo.device)},
                         {"precision", precision_name(eo.precision)},
+                        {"tp", eo.tp},
+                        {"allreduce", allreduce_name(eo.allreduce)},
                         {"op_table", engine.describe().name},
                         {"prompt", o.prompt},
                         {"prompt_ids", req.prompt},
@@ -133,6 +135,7 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   EngineFlagSpec spec;
   spec.stop_token = true;
   spec.parse_special = true;
+  spec.tp = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (1 to 1048576)")->capture_default_str();

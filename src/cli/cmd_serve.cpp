@@ -153,6 +153,7 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   spec.chat_template = true;
   spec.stop_token = true;
   spec.parse_special = true;
+  spec.tp = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")

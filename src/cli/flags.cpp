@@ -21,13 +21,22 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
   sub.add_option("--tokenizer", f.tokenizer, "llama2.c tokenizer .bin (default: beside the model)");
   sub.add_option("--device", f.device, "Device the engine runs on: cpu | cuda")->capture_default_str();
   if (spec.mode)
-    sub.add_option("--mode", f.mode, "Kernel mode: default | batch-invariant | deterministic")->capture_default_str();
+    sub.add_option("--mode", f.mode, "Kernel mode: default | batch-invariant | deterministic | tp-invariant")->capture_default_str();
   sub.add_option("--threads", f.threads,
                  spec.threads_list ? "Comma-separated engine thread counts" : "Engine threads")
       ->capture_default_str();
   sub.add_option("--precision", f.precision,
                  "Activation precision between ops (matmul, attention and norm outputs, KV cache): f32 | bf16 | f16")
       ->capture_default_str();
+  if (spec.tp) {
+    sub.add_option("--tp", f.tp,
+                   "Simulated tensor-parallel size: 1, 2, 4 or 8; the attention output and FFN down matmuls split their "
+                   "reduction into this many shards, added by --allreduce (docs/ENGINE.md)")
+        ->capture_default_str();
+    sub.add_option("--allreduce", f.allreduce,
+                   "Order in which --tp adds the ranks' partials: ring | tree (tp-invariant mode: one fixed tree)")
+        ->capture_default_str();
+  }
   if (spec.chat_template)
     sub.add_option("--chat-template", f.chat_template,
                    "Chat template for `messages` prompts on the local engine: " + chat_template_names() +
@@ -80,6 +89,7 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
 
 Device EngineFlags::device_value() const { return parse_device(device, "--device"); }
 Precision EngineFlags::precision_value() const { return parse_precision(precision, "--precision"); }
+AllReduce EngineFlags::allreduce_value() const { return parse_allreduce(allreduce, "--allreduce"); }
 
 std::vector<int> EngineFlags::thread_counts() const {
   std::vector<int> out;
@@ -108,6 +118,8 @@ EngineOptions EngineFlags::engine_options() const {
   o.threads = thread_count();
   o.device = device_value();
   o.precision = precision_value();
+  o.tp = tp;
+  o.allreduce = allreduce_value();
   return o;
 }
 

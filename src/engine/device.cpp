@@ -15,9 +15,11 @@ struct Named {
 };
 
 const Named<Mode> kModes[] = {
-    {Mode::Default, "default"}, {Mode::BatchInvariant, "batch-invariant"}, {Mode::Deterministic, "deterministic"}};
+    {Mode::Default, "default"}, {Mode::BatchInvariant, "batch-invariant"}, {Mode::Deterministic, "deterministic"},
+    {Mode::TpInvariant, "tp-invariant"}};
 const Named<Device> kDevices[] = {{Device::Cpu, "cpu"}, {Device::Cuda, "cuda"}};
 const Named<Precision> kPrecisions[] = {{Precision::F32, "f32"}, {Precision::BF16, "bf16"}, {Precision::F16, "f16"}};
+const Named<AllReduce> kAllReduces[] = {{AllReduce::Ring, "ring"}, {AllReduce::Tree, "tree"}};
 
 template <class E, size_t N>
 const char* name_of(const Named<E> (&table)[N], E v) {
@@ -41,6 +43,7 @@ E parse(const Named<E> (&table)[N], const std::string& s, const char* flag, cons
 const char* mode_name(Mode m) { return name_of(kModes, m); }
 const char* device_name(Device d) { return name_of(kDevices, d); }
 const char* precision_name(Precision p) { return name_of(kPrecisions, p); }
+const char* allreduce_name(AllReduce a) { return name_of(kAllReduces, a); }
 
 Mode parse_mode(const std::string& s, const char* flag) {
   if (s == "invariant") return Mode::BatchInvariant;  // short form
@@ -49,6 +52,9 @@ Mode parse_mode(const std::string& s, const char* flag) {
 Device parse_device(const std::string& s, const char* flag) { return parse(kDevices, s, flag, "device"); }
 Precision parse_precision(const std::string& s, const char* flag) {
   return parse(kPrecisions, s, flag, "precision");
+}
+AllReduce parse_allreduce(const std::string& s, const char* flag) {
+  return parse(kAllReduces, s, flag, "all-reduce algorithm");
 }
 
 nlohmann::json to_json(const kernels::OpsInfo& i) {

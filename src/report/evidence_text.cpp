@@ -85,6 +85,21 @@ TextTable distribution_table(const AuditReport& r) {
   return t;
 }
 
+TextTable tp_table(const AuditReport& r) {
+  TextTable t;
+  t.head = {"mode", "TP", "all-reduce", "compared", "bits differ", "tokens differ", "greedy tokens differ",
+            "tokens changed", "max |dlogprob|"};
+  auto rate = [](const Rate& x) { return x.n == 0 ? std::string("-") : fmt::format("{}/{}", x.k, x.n); };
+  for (const auto& ms : r.summary.modes)
+    for (const auto& tp : ms.tp)
+      t.rows.push_back({mode_label(ms.mode, ms.precision), std::to_string(tp.tp),
+                        tp.allreduce.empty() ? "-" : tp.allreduce, std::to_string(tp.bit_differ.n),
+                        rate(tp.bit_differ), rate(tp.token_differ), rate(tp.greedy_token_differ),
+                        fmt::format("{}/{}", tp.tokens_changed, tp.tokens),
+                        tp.max_dlogprob ? fmt::format("{:.3g}", *tp.max_dlogprob) : "-"});
+  return t;
+}
+
 std::vector<std::string> evidence_findings(const AuditReport& r) {
   std::vector<std::string> out;
   for (const auto& e : r.evidence) {
@@ -95,6 +110,9 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
   }
   for (const auto& ms : r.summary.modes)
     if (!ms.isolation_finding.empty()) out.push_back(ms.isolation_finding);
+  for (const auto& f : r.summary.tp_findings) out.push_back(f);
+  for (const auto& ms : r.summary.modes)
+    if (!ms.tp_finding.empty()) out.push_back(ms.tp_finding);
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
       if (!m.agrees && m.completions > 0)

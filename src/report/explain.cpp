@@ -75,7 +75,8 @@ bool is_endpoint(const AuditReport& r, const std::string& mode, const std::strin
       if (str(e, "label") == mode) return true;
     return false;
   }
-  return precision.empty() && mode != "default" && mode != "batch-invariant" && mode != "deterministic";
+  return precision.empty() && mode != "default" && mode != "batch-invariant" && mode != "deterministic" &&
+         mode != "tp-invariant";
 }
 
 std::string lp(const std::optional<float>& v) { return v ? fmt::format(", logprob {:.4f}", *v) : ""; }

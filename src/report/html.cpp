@@ -464,6 +464,7 @@ std::string html_variant_sections(const AuditReport& r) {
     o += "<h2>Replica panel</h2>\n" + html_table(panel, "panel");
   if (auto dist = distribution_table(r); !dist.rows.empty())
     o += "<h2>Sampled outputs as distributions</h2>\n" + html_table(dist, "distribution");
+  if (auto tp = tp_table(r); !tp.rows.empty()) o += "<h2>Tensor parallelism against TP 1</h2>\n" + html_table(tp, "tp");
   if (auto ef = evidence_findings(r); !ef.empty()) {
     o += "<ul id=\"evidence-findings\">\n";
     for (const auto& f : ef) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";

@@ -122,6 +122,8 @@ std::string md_variant_sections(const AuditReport& r) {
   if (auto panel = panel_table(r); !panel.rows.empty()) o += "## Replica panel\n\n" + md_table(panel) + "\n";
   if (auto dist = distribution_table(r); !dist.rows.empty())
     o += "## Sampled outputs as distributions\n\n" + md_table(dist) + "\n";
+  if (auto tp = tp_table(r); !tp.rows.empty())
+    o += "## Tensor parallelism against TP 1\n\n" + md_table(tp) + "\n";
   if (auto ef = evidence_findings(r); !ef.empty()) {
     for (const auto& f : ef) o += "- **Finding:** " + cell(f) + "\n";
     o += "\n";

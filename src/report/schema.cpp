@@ -70,6 +70,8 @@ void describe(V& v, T& x) {
   v.only_if(x.mate_join_step != 0, "mate_join_step", x.mate_join_step);
   v.only_if(x.mate_prompt_delta != 0, "mate_prompt_delta", x.mate_prompt_delta);
   v.only_if(!x.mate_contents.empty(), "mate_contents", x.mate_contents);
+  v.only_if(x.tp != 1, "tp", x.tp);
+  v.only_if(!x.allreduce.empty(), "allreduce", x.allreduce);
   v("seed", x.seed);
   v("repeat", x.repeat);
   v("cache_state", x.cache_state);
@@ -423,6 +425,18 @@ void describe(V& v, T& x) {
   v("finding", x.finding);
 }
 
+template <class V, Is<TpRow> T>
+void describe(V& v, T& x) {
+  v("tp", x.tp);
+  v("allreduce", x.allreduce);
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("greedy_token_differ", x.greedy_token_differ);
+  v("tokens", x.tokens);
+  v("tokens_changed", x.tokens_changed);
+  v("max_dlogprob", x.max_dlogprob);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -448,6 +462,8 @@ void describe(V& v, T& x) {
   v.only_if(x.response_cache.has_value(), "response_cache", x.response_cache);  // endpoints only
   v.only_if(x.isolation.n > 0, "isolation", x.isolation);                        // --isolation only
   v.only_if(x.isolation.n > 0, "isolation_finding", x.isolation_finding);
+  v.only_if(!x.tp.empty(), "tp", x.tp);                                           // run --tp only
+  v.only_if(!x.tp.empty(), "tp_finding", x.tp_finding);
 }
 
 template <class V, Is<PromptVariant> T>
@@ -511,6 +527,7 @@ void describe(V& v, T& x) {
   v("verdict", x.verdict);
   v("interrupted", x.interrupted);
   v("modes", x.modes);
+  v.only_if(!x.tp_findings.empty(), "tp_findings", x.tp_findings);  // run --tp only
 }
 
 template <class V, Is<ShardHost> T>

@@ -295,6 +295,8 @@ struct Server::Impl {
                 {"mode", mode_name(eopts.mode)},
                 {"device", device_name(eopts.device)},
                 {"precision", precision_name(eopts.precision)},
+                {"tp", eopts.tp},
+                {"allreduce", allreduce_name(eopts.allreduce)},
                 {"max_batch", sched->max_batch()},
                 {"model", cx.name},
                 {"model_sha256", model.file_sha256},

@@ -27,6 +27,8 @@ enum class FactorId {
   SystemFingerprint,  // "system_fingerprint" (endpoints)
   Repeat,             // "repeat"
   Host,               // "host": the machine of a replicated shard (report merge of --replicate-shards)
+  Tp,                 // "tp": simulated tensor-parallel size (local)
+  AllReduce,          // "allreduce": its all-reduce order ("" at TP 1 and 2)
 };
 
 struct Factor {
@@ -46,6 +48,7 @@ inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorI
                                                  FactorId::FillerSet,    FactorId::MateJoinStep,
                                                  FactorId::MatePromptDelta, FactorId::MateContents,
                                                  FactorId::Seed,
+                                                 FactorId::Tp,           FactorId::AllReduce,
                                                  FactorId::Host};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
                                                   FactorId::SystemFingerprint, FactorId::Host};
@@ -54,6 +57,7 @@ inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       Fact
                                                  FactorId::MateJoinStep,    FactorId::MatePromptDelta,
                                                  FactorId::MateContents,
                                                  FactorId::Seed,            FactorId::CacheState, FactorId::Repeat,
+                                                 FactorId::Tp,              FactorId::AllReduce,
                                                  FactorId::Host};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).

@@ -36,6 +36,11 @@ struct PlanOptions {
   std::vector<std::string> modes = {"default", "batch-invariant"};
   std::vector<std::string> precisions = {"f32"};          // activation precisions: f32 | bf16 | f16
   std::vector<int> batch_sizes = {1, 8};
+  // Simulated tensor parallelism (docs/ENGINE.md): TP sizes and all-reduce orders, factors of every
+  // batch context like the batch size. TP 1 and 2 run once (no sum at 1; x_0 + x_1 either way at 2)
+  // and record no all-reduce; from TP 4 on each order runs.
+  std::vector<int> tp_sizes = {1};
+  std::vector<std::string> allreduces = {"ring"};
   std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
   int filler_sets = 2;
   uint64_t filler_seed = 1;
@@ -150,9 +155,12 @@ struct ContextCell {
   int mate_join_step = 0;     // the last batch mate joins after this many steps of the probe
   int mate_prompt_delta = 0;  // tokens added to its prompt
   bool other_contents = false;  // the batch mates' tokens replaced, shapes kept (--isolation)
+  int tp = 1;                   // simulated tensor-parallel size
+  std::string allreduce;        // its all-reduce order ("" at TP 1 and 2, where the orders agree)
 };
 // Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
-// prompt deltas (batch size 1: one, without batch mates). A numeric position a batch size cannot
+// prompt deltas (batch size 1: one, without batch mates) x TP sizes x all-reduce orders (one at TP
+// 1 and 2). A numeric position a batch size cannot
 // hold (position >= batch size) is skipped for that batch size (see skipped_positions).
 std::vector<ContextCell> context_cells(const PlanOptions& o);
 

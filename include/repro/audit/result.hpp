@@ -38,6 +38,8 @@ struct Completion {
   // lengths) with other token contents (--isolation): kernels see the same shapes, so any difference
   // from the drawn batch is leakage between rows, not rounding
   std::string mate_contents;
+  int tp = 1;                     // local: simulated tensor-parallel size (docs/ENGINE.md)
+  std::string allreduce;          // local: its all-reduce order, "ring" / "tree"; "" at TP 1 and 2
   uint64_t seed = 0;
   int repeat = 0;
   std::string cache_state;        // remote: "cold" / "warm"; empty otherwise
@@ -408,6 +410,21 @@ struct PanelCase {
 };
 
 // Per mode/endpoint headline: reproducibility next to throughput relative to default.
+// Simulated tensor parallelism against TP 1 (run --tp; src/audit/tp_axis.cpp): one row per TP size
+// and all-reduce order of a mode and precision. Each completion at that size is compared with its
+// twin at TP 1: the same prompt, decoding, batch context (size, position, batch mates), seed and
+// repeat.
+struct TpRow {
+  int tp = 1;
+  std::string allreduce;            // "" at TP 1 and 2 (the orders add alike there)
+  Rate bit_differ;                  // completions whose bits differ from the twin (tokens, logprob bits, logits hash)
+  Rate token_differ;                // completions whose tokens differ
+  Rate greedy_token_differ;         // the same over greedy completions only (n = 0: none ran)
+  int64_t tokens = 0;               // generated tokens of the compared completions
+  int64_t tokens_changed = 0;       // of those, the tokens from each completion's first divergent one on
+  std::optional<double> max_dlogprob;  // largest |delta logprob| of chosen tokens over the common prefix
+};
+
 struct ModeSummary {
   std::string mode;
   std::string precision;          // local: one row per (mode, precision); remote: empty
@@ -439,6 +456,10 @@ struct ModeSummary {
   // differs, over the mode's cases; and its one-line finding
   Rate isolation;
   std::string isolation_finding;
+  // run --tp: the TP sizes against TP 1, and their one-line finding (which sizes agree bit for bit,
+  // the share of completions and tokens that change, the drift size)
+  std::vector<TpRow> tp;
+  std::string tp_finding;
 };
 
 // How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
@@ -465,6 +486,9 @@ struct Summary {
   std::string verdict;  // "reproducible" / "no answer" / "divergent" / "errors" / "drift" / "interrupted"
   bool interrupted = false;
   std::vector<ModeSummary> modes;
+  // run --tp: per precision and TP size, what changing TP from 1 does in each mode, one line:
+  // "changing TP 1 -> 4 changes 37% of greedy completions at bf16 (default); 0 with tp-invariant"
+  std::vector<std::string> tp_findings;
 };
 
 // `run --baseline FILE`: the golden report this run was compared with, and what changed.

@@ -32,6 +32,8 @@ struct LocalConfig : Runs {
   std::vector<int> threads = {1};
   Device device = Device::Cpu;
   Precision precision = Precision::F32;
+  int tp = 1;                           // simulated tensor-parallel size of every table (EngineOptions::tp)
+  AllReduce allreduce = AllReduce::Ring;
   std::vector<Mode> modes;          // bench --modes: the tables beside default (empty: bench_tables' rule)
   std::vector<int> batch_sizes = {1};
   std::vector<int> prompt_lengths;  // empty: decode only

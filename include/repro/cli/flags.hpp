@@ -24,12 +24,15 @@ struct EngineFlags {
   std::string chat_template;  // --chat-template NAME|FILE (where the spec offers it)
   std::vector<std::string> stop_tokens;  // --stop-token ID|TEXT (repeatable, where the spec offers it)
   bool parse_special = false;  // --parse-special: completion prompts match control-token text (encode_special)
+  int tp = 1;                       // --tp: simulated tensor-parallel size (where the spec offers it)
+  std::string allreduce = "ring";   // --allreduce ring|tree
 
   std::string model() const { return models.empty() ? std::string() : models.front(); }
-  // device, mode, one thread count and precision, parsed; UsageError names the flag.
+  // device, mode, one thread count, precision, tp and all-reduce, parsed; UsageError names the flag.
   EngineOptions engine_options() const;
   Device device_value() const;
   Precision precision_value() const;
+  AllReduce allreduce_value() const;
   int thread_count() const;                // --threads as one number >= 1
   std::vector<int> thread_counts() const;  // --threads as a comma-separated list (bench)
   // The model at `path` (llama2.c: with --tokenizer; synth:NAME: the named synthesized model, see
@@ -47,6 +50,7 @@ struct EngineFlagSpec {
   bool chat_template = false;     // run, serve: --chat-template for `messages` prompts
   bool stop_token = false;        // generate, run, serve: --stop-token adds to the end-of-generation set
   bool parse_special = false;     // generate, serve: --parse-special (run: the plan option of that name)
+  bool tp = false;                // generate, serve, bench: --tp N and --allreduce (run: the plan options)
   const char* model_help =
       "GGUF or llama2.c .bin model, or a synthesized model synth:100m | synth:100m-long | synth:long (default: the "
       "embedded stories260K)";

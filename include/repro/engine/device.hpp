@@ -9,13 +9,15 @@
 
 namespace repro {
 
-const char* mode_name(Mode m);            // "default" / "batch-invariant" / "deterministic"
+const char* mode_name(Mode m);            // "default" / "batch-invariant" / "deterministic" / "tp-invariant"
 const char* device_name(Device d);        // "cpu" / "cuda"
 const char* precision_name(Precision p);  // "f32" / "bf16" / "f16"
+const char* allreduce_name(AllReduce a);  // "ring" / "tree"
 // Parse the text form; UsageError names the flag and lists the allowed values.
 Mode parse_mode(const std::string& s, const char* flag = "--mode");
 Device parse_device(const std::string& s, const char* flag = "--device");
 Precision parse_precision(const std::string& s, const char* flag = "--precision");
+AllReduce parse_allreduce(const std::string& s, const char* flag = "--allreduce");
 
 // The engine block of a report's environment record: device, precision, threads, and what each
 // mode's op table says about itself (kernels::Ops::describe: name, ISA or GPU, library).

@@ -83,7 +83,21 @@ struct EngineOptions {
   int threads = 1;
   Device device = Device::Cpu;
   Precision precision = Precision::F32;  // where activations are stored between ops
+  // Tensor parallelism simulated on one device (docs/ENGINE.md "Tensor parallelism"): the
+  // row-parallel matmuls (wo, w_down) split K into `tp` contiguous shards, one partial per rank from
+  // the table's own kernel, added by the all-reduce order `allreduce`. 1: no split (the same bits
+  // as ever). check_tensor_parallel says which sizes a model allows.
+  int tp = 1;
+  AllReduce allreduce = AllReduce::Ring;
 };
+
+// Refuses (UsageError, exit 2) a tensor-parallel size the model does not divide into: tp must be
+// 1, 2, 4 or 8, and divide the attention heads, the KV heads and the FFN hidden size, with each
+// rank's K shard of wo and w_down a whole number of blocks of their weight type. The message names
+// `flag`, the dimension and the sizes that would work.
+void check_tensor_parallel(const Model& model, int tp, const char* flag = "--tp");
+// The tensor-parallel sizes of {1, 2, 4, 8} the model allows.
+std::vector<int> valid_tp_sizes(const Model& model);
 
 // Continuous batching: submit() adds a sequence (it is prefilled at the next step()), step() runs one
 // forward pass over every active sequence, and a sequence leaves the batch when it finishes, so later

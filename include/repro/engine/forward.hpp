@@ -1,6 +1,7 @@
 // The forward pass of a Llama-family model (llama, qwen2, qwen3) over a batch of token rows (internal to the engine),
 // written once against the op table (repro/kernels/ops.hpp).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -22,7 +23,9 @@ struct TokenRow {
 class Forward {
  public:
   // Builds the op table for (opts.device, opts.mode) through kernels::make_ops and binds the
-  // model's weights to it. Throws BackendError when the device is not available.
+  // model's weights to it (with opts.tp > 1, wo and w_down as tp shards of their columns, one per
+  // simulated rank). Throws BackendError when the device is not available, UsageError when the
+  // model does not divide into opts.tp (check_tensor_parallel).
   Forward(const Model& model, const EngineOptions& opts);
   ~Forward();
   Forward(const Forward&) = delete;
@@ -41,21 +44,36 @@ class Forward {
 
  private:
   struct LayerW {
-    kernels::Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_down, w_up;
+    kernels::Weight attn_norm, ffn_norm;
+    std::vector<kernels::Weight> wq, wk, wv, w_gate, w_up;  // column-parallel: one row shard per rank
+    std::vector<kernels::Weight> wo, w_down;     // the row-parallel weights: one K shard per rank
     kernels::Weight bq, bk, bv, q_norm, k_norm;  // data == nullptr when the model has none
   };
   kernels::Weight bind(const Tensor& t);
+  std::vector<kernels::Weight> bind_shards(const Tensor& t);      // K (columns) over the ranks
+  std::vector<kernels::Weight> bind_row_shards(const Tensor& t);  // output rows over the ranks
   void reserve(int rows, int logit_rows);
+  // y [R][rows] = x * w^T for a column-parallel weight: each rank's rows by the table's kernel.
+  void column_parallel(const kernels::Buffer& x, const std::vector<kernels::Weight>& shards, kernels::Buffer& y, int R);
+  // y = x * w^T for a row-parallel weight (x [R][K]): returns the all-reduced sum, [R][dim].
+  kernels::Buffer& row_parallel(const kernels::Buffer& x, const std::vector<kernels::Weight>& shards, int K, int R);
 
   const Model& m_;
   const ModelConfig& c_;
   Precision precision_;
+  int tp_;
+  AllReduce allreduce_;
   std::unique_ptr<kernels::Ops> ops_;
+  std::vector<std::vector<uint8_t>> shard_bytes_;  // the ranks' shards of wo and w_down (tp > 1)
   kernels::Weight token_embd_, output_norm_, classifier_;
   std::vector<LayerW> layers_;
   // activations in the table's memory, grown to the largest step seen
   int rows_cap_ = 0, logit_cap_ = 0;
-  kernels::Buffer x_, xb_, q_, k_, v_, kn_, att_, proj_, gate_, up_, xf_, xfn_, logits_;
+  kernels::Buffer x_, xb_, q_, k_, v_, kn_, att_, gate_, up_, xf_, xfn_, logits_;
+  kernels::Buffer xs_;                  // one rank's shard of a row-parallel input [R][K / tp]
+  kernels::Buffer ys_;                  // one rank's columns of a column-parallel output [R][n / tp]
+  std::vector<kernels::Buffer> parts_;  // the ranks' partials [tp][R][dim]; parts_[0] the sum
+  std::vector<std::vector<int>> shard_rows_;  // per rank s: the rows m * tp + s of [R * tp][K / tp]
   // per-row inputs of a step, on the host
   std::vector<int> tokens_, pos_, logit_rows_;
   std::vector<kernels::KvRow> kv_rows_;

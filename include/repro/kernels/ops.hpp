@@ -38,11 +38,19 @@ enum class Device { Cpu, Cuda };
 // deterministic: what frameworks' deterministic switches amount to: the reference-order kernels
 // (plain loops, the order batch-invariant reproduces), one thread, and the engine decodes every
 // request alone (batch 1, no batch mates). Slow on purpose: it prices the strictest option.
-enum class Mode { Default, BatchInvariant, Deterministic };
+// tp-invariant: batch-invariant, and the row-parallel matmuls (attention output, FFN down) also
+// independent of the tensor-parallel size and of the all-reduce algorithm: each reduces K in fixed
+// blocks whose length depends on K and the weight type only (kernels::tp_block) and adds the block
+// sums, across ranks too, along one fixed pairwise tree in f32 (docs/ENGINE.md "Tensor parallelism").
+enum class Mode { Default, BatchInvariant, Deterministic, TpInvariant };
 // Where activations are stored between ops (outputs of matmul, attention and norms; the KV cache).
 // Kernels accumulate in f32 either way; rounding is element-wise (round to nearest even), so a
 // batch-invariant table stays bitwise batch-invariant at every precision.
 enum class Precision { F32, BF16, F16 };
+// The order in which a simulated all-reduce adds the N ranks' partials of a row-parallel matmul
+// (kernels::allreduce_order says it exactly): ring = reduce-scatter around the ring, each chunk
+// starting at its own rank; tree = one balanced pairwise tree over the ranks.
+enum class AllReduce { Ring, Tree };
 
 }  // namespace repro
 
@@ -162,6 +170,25 @@ class Ops {
   virtual void attention(const Buffer& q, const KvRow* rows, int R, int layer, const AttentionDims& d,
                          Buffer& out) = 0;
 
+  // ---- tensor parallelism, simulated on one device (docs/ENGINE.md "Tensor parallelism") ----
+  // One rank's partial of a row-parallel matmul: y[M][w.rows] = x[M][w.cols] * w^T, where w holds a
+  // contiguous shard of the columns (the K axis) of a weight whose whole reduction length is
+  // k_total, and x the same shard of the input. Every table but the tp-invariant ones runs its own
+  // matmul on the shard (the mode's kernel, as each rank would); the tp-invariant tables reduce in
+  // the blocks of tp_block(k_total, w.dtype), added along a pairwise tree (as the tree all-reduce), so a
+  // power-of-two shard is an exact subtree of the whole reduction.
+  virtual void matmul_partial(const Buffer& x, const Weight& w, int k_total, Buffer& y, int M);
+  // The all-reduce of N partials, parts[0..N) (n floats each), into parts[0] (the others are
+  // scratch afterwards). Every table but the tp-invariant ones: each partial rounded to p, then
+  // added in the order ring_first_rank / the pairwise tree give each element, every sum rounded to p (a bf16
+  // all-reduce adds in f32 and stores bf16). The tp-invariant tables add in f32 along the pairwise
+  // tree whatever algo says and round the total once. N == 1: parts[0] rounded to p.
+  virtual void allreduce(Buffer* parts, int N, AllReduce algo, Precision p, size_t n);
+  // dst[r][col + j] = src[r][j] for r < R, j < width; dst rows are dst_width floats (a rank's
+  // columns of a column-parallel matmul put back in place). Any table: host round trip unless
+  // overridden (the CPU tables copy in place).
+  virtual void copy_cols(const Buffer& src, int R, int width, Buffer& dst, int dst_width, int col);
+
   // ---- element-wise ops (a row's values never depend on other rows) ----
   // x[r] = table[tokens[r]] (table: [vocab][dim], dim = table.cols).
   virtual void embed(const Weight& table, const int* tokens, int R, Buffer& x) = 0;
@@ -234,6 +261,26 @@ void check_weight_types(Device device, Mode mode, const std::vector<DType>& type
 // one-line reason when the device is not available (a build without CUDA, no GPU, no tables yet).
 // Mode::Deterministic runs one thread whatever `threads` says (describe().threads is 1).
 std::unique_ptr<Ops> make_ops(Device device, Mode mode, int threads);
+
+// ---- the simulated tensor parallelism's arithmetic order, defined once ----
+// Largest tensor-parallel size: one node's GPUs (TP beyond a node is rare and slow).
+inline constexpr int kMaxTp = 8;
+// The order in which an all-reduce over N ranks (a power of two, <= kMaxTp) adds the ranks'
+// partials x_0..x_{N-1} at element i of n (element-wise: it depends on i, n, N and the algorithm):
+//   ring  the buffer is cut into N contiguous chunks of ceil(n / N) elements; chunk c is reduced
+//         along the ring starting at rank c: ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c-1} (ranks mod
+//         N): the reduce-scatter of the textbook ring all-reduce (at step t rank r sends its running
+//         sum of chunk r - t to rank r + 1, which adds its own partial). The all-gather after it
+//         only copies.
+//   tree  the balanced pairwise tree over the ranks, the same for every element: level 1 adds
+//         (x_0 + x_1), (x_2 + x_3), ..., level 2 adds neighbouring pair sums, and so on.
+// N = 2: both are x_0 + x_1; they part from N = 4 on. ring_first_rank is the c of element i.
+int ring_first_rank(int N, size_t i, size_t n);
+// The block length of the tp-invariant reduction of a row-parallel matmul with reduction length K
+// and weight type t: K / G, G the largest of 8, 4, 2, 1 such that K is a multiple of G blocks of the
+// type (1 element for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for the K formats). Any valid TP size N
+// (a power of two dividing G) gives each rank G / N whole blocks.
+int tp_block(int K, DType t);
 
 // Element-wise rounding of one value to precision p and back (shared by every backend).
 inline float round_to_precision(Precision p, float x) {

@@ -127,6 +127,7 @@ TextTable cobatch_table(const AuditReport& r);       // per endpoint and concurr
 TextTable seed_table(const AuditReport& r);          // per endpoint and API: seed honoured / ignored / unknown
 TextTable panel_table(const AuditReport& r);         // per case: which endpoints hold the panel's majority output
 TextTable distribution_table(const AuditReport& r);  // sampled cases: two-sample tests against the reference
+TextTable tp_table(const AuditReport& r);  // run --tp: each TP size and all-reduce order against TP 1
 std::vector<std::string> evidence_findings(const AuditReport& r);  // UNVERIFIED, posture, seed and panel lines
 std::string evidence_intro();
 // Terms used by the reports, with their definitions.
