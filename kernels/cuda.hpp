@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels.hpp"
+#include "repro/common/dtype.hpp"
 
 namespace repro::kernels::cuda {
 
@@ -36,10 +37,43 @@ void upload(float* d_dst, const float* src, size_t n);
 void download(float* dst, const float* d_src, size_t n);  // waits for the launches before it
 void copy(float* d_dst, const float* d_src, size_t n);     // device to device
 void synchronize();
+// n bytes of device memory (weights in their stored type).
+void* alloc_bytes(size_t n);
+void free_bytes(void* d);
+void upload_bytes(void* d_dst, const void* src, size_t n);
+
+// A weight matrix [N][K] on the device in its stored type (F16, BF16 or a block format; layouts in
+// repro/common/quant.hpp): row n at data + n * row_bytes.
+struct StoredWeight {
+  DType type;
+  const uint8_t* data;
+  size_t row_bytes;
+};
+
+// Device scratch of the default matmul on stored weights (activations converted to 16 bits, or a
+// chunk of weight rows dequantized to f32), owned by the caller, grown on demand.
+class MatmulScratch {
+ public:
+  MatmulScratch() = default;
+  MatmulScratch(const MatmulScratch&) = delete;
+  MatmulScratch& operator=(const MatmulScratch&) = delete;
+  ~MatmulScratch();
+  void* get(size_t bytes);
+
+ private:
+  void* buf_ = nullptr;
+  size_t cap_ = 0;
+};
 
 // ---- batch-invariant kernels: bitwise equal to the CPU reference (kernels/<op>/reference.cpp) ----
 // y[M][N] = x[M][K] * w[N][K]^T (kernels/matmul/cuda_invariant.cu).
 void matmul_invariant(const float* d_x, const float* d_w, float* d_y, int M, int N, int K);
+// The same with a weight in its stored type, bitwise matmul_q_reference: F16, BF16, Q4_0, Q5_K and
+// Q6_K with each element dequantized in registers as it is staged (kernels/matmul/cuda_dequant.hpp);
+// Q8_0 and Q4_K on int8 activations quantized row by row into `scratch`
+// (kernels/matmul/cuda_int_dot.hpp).
+void matmul_invariant_stored(const float* d_x, const StoredWeight& w, float* d_y, int M, int N, int K,
+                             MatmulScratch& scratch);
 // RMSNorm of M rows of length D (kernels/rmsnorm/cuda_invariant.cu).
 void rmsnorm_invariant(const float* d_x, const float* d_g, float* d_y, int M, int D, float eps);
 // Device scratch of the attention launchers, owned by the caller (an op table keeps one per table):
@@ -68,6 +102,13 @@ void attention_invariant(const AttentionRow* rows, int n_rows, const AttentionSh
 // ---- default kernels: the fastest path per shape, as production engines run ----
 // cuBLAS sgemm with its default heuristics (tiles and split-K chosen by shape).
 void matmul_default(const float* d_x, const float* d_w, float* d_y, int M, int N, int K);
+// Stored weights, as production engines run them: F16 and BF16 through cublasGemmEx (activations
+// rounded to the weight's type, f32 accumulation, default algorithm); the block formats
+// dequantized in chunks of weight rows into f32 scratch (at most kDequantChunkBytes), each chunk
+// through cuBLAS sgemm (kernels/matmul/cuda_default.cu).
+void matmul_default_stored(const float* d_x, const StoredWeight& w, float* d_y, int M, int N, int K,
+                           MatmulScratch& scratch);
+constexpr size_t kDequantChunkBytes = size_t(64) << 20;
 // One block per row, tree reduction across the block.
 void rmsnorm_default(const float* d_x, const float* d_g, float* d_y, int M, int D, float eps);
 // Split-KV attention with the split count chosen from the shape (rows x heads against the number
@@ -90,6 +131,11 @@ void add_bias(float* d_x, const float* d_b, int R, int width);
 void round_to(int kind, float* d_x, size_t n);
 // dst[j] = src[idx[j]] for rows of `width` floats (d_idx on the device).
 void gather_rows(const float* d_src, const int* d_idx, int n, int width, float* d_dst);
+// dst[j] = the row idx[j] of a stored table, dequantized (quant::dequantize_row's bits; embedding
+// lookup of an F16, BF16 or block-format table; kernels/matmul/cuda_dequant.cu).
+void gather_rows_stored(const StoredWeight& table, const int* d_idx, int n, int width, float* d_dst);
+// dst[r][k] = element k of weight rows n0 .. n0 + rows - 1, dequantized to f32.
+void dequantize_rows(const StoredWeight& w, int n0, int rows, int K, float* d_dst);
 // Row r of src (width floats) written at d_dst[r] (KV-cache store; d_dst: n device pointers, itself
 // on the device).
 void scatter_rows(const float* d_src, float* const* d_dst, int n, int width);

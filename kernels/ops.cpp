@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "elementwise_math.hpp"
+#include "matmul/cuda_dequant.hpp"
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
 #include "tp.hpp"
@@ -191,10 +192,21 @@ struct Registered {
 };
 
 constexpr uint32_t bit(DType t) { return 1u << static_cast<unsigned>(t); }
-// The CPU tables read every stored type (kernels/matmul/quant_*.cpp); the CUDA tables F32 only.
+// The CPU tables read every stored type (kernels/matmul/quant_*.cpp), and so does cuda-default
+// (cuBLAS: cublasGemmEx for F16/BF16, chunks dequantized for sgemm otherwise). cuda-batch-invariant
+// reads the types whose CPU order its kernel reproduces (kernels/matmul/cuda_invariant.cu: F32 and
+// the types the CPU multiplies as dot_lanes over the dequantized row); Q8_0 and Q4_K, which the
+// CPU multiplies on 8-bit activations (kernels/matmul_quant.hpp), are refused at bind.
 constexpr uint32_t kCpuTypes = bit(DType::F32) | bit(DType::F16) | bit(DType::BF16) | bit(DType::Q8_0) |
                                bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q5_K) | bit(DType::Q6_K);
-[[maybe_unused]] constexpr uint32_t kCudaTypes = bit(DType::F32);
+[[maybe_unused]] constexpr uint32_t kCudaDefaultTypes = kCpuTypes;
+constexpr uint32_t cuda_invariant_types() {
+  uint32_t b = 0;
+  for (unsigned t = 0; t <= static_cast<unsigned>(DType::Q6_K); ++t)
+    if (cuda::dq::invariant_reads(static_cast<DType>(t))) b |= bit(static_cast<DType>(t));
+  return b;
+}
+[[maybe_unused]] constexpr uint32_t kCudaInvariantTypes = cuda_invariant_types();
 
 // Every table this build has (the CUDA tables when it was built with CUDA).
 const Registered kTables[] = {
@@ -203,8 +215,8 @@ const Registered kTables[] = {
     {Device::Cpu, Mode::Deterministic, "cpu-deterministic", kCpuTypes, make_cpu_deterministic},
     {Device::Cpu, Mode::TpInvariant, "cpu-tp-invariant", kCpuTypes, make_cpu_tp_invariant},
 #ifdef REPRO_HAVE_CUDA
-    {Device::Cuda, Mode::Default, "cuda-default", kCudaTypes, make_cuda_default},
-    {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", kCudaTypes, make_cuda_invariant},
+    {Device::Cuda, Mode::Default, "cuda-default", kCudaDefaultTypes, make_cuda_default},
+    {Device::Cuda, Mode::BatchInvariant, "cuda-batch-invariant", kCudaInvariantTypes, make_cuda_invariant},
 #endif
 };
 

@@ -5,10 +5,14 @@
 // sampling code as the CPU). They share the element-wise kernels (kernels/elementwise/
 // cuda_elementwise.cu, the shared host/device math) and differ in the three kernels whose
 // reduction order decides batch variance:
-//   cuda-default          cuBLAS sgemm (default heuristics), one-block-per-row RMSNorm, split-KV
-//                         attention with the split count chosen by shape
+//   cuda-default          cuBLAS sgemm (default heuristics; cublasGemmEx for F16/BF16 weights,
+//                         block formats dequantized in chunks then sgemm), one-block-per-row
+//                         RMSNorm, split-KV attention with the split count chosen by shape
 //   cuda-batch-invariant  kernels/*/cuda_invariant.cu: the CPU reference order, so its bits equal
 //                         cpu-batch-invariant's: a report made on a GPU re-verifies on any CPU
+// Weights are uploaded once, in their stored type (F32, F16, BF16 or a GGUF block format); the
+// kernels dequantize in registers (kernels/matmul/cuda_dequant.hpp), so a model takes its stored
+// size on the device. Which types each table reads is its registry row (kernels/ops.cpp).
 // Each table is one kernel set (CudaKernels), picked once, as the CPU tables pick theirs.
 // What stays constant over a step's layers (the positions RoPE reads, the KV-cache addresses the
 // store writes) is uploaded once per step, in begin_step; the attention rows carry the layer's K/V
@@ -23,6 +27,7 @@
 
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 #include "cuda.hpp"
 #include "elementwise_math.hpp"
 #include "kernels.hpp"
@@ -36,14 +41,20 @@ struct CudaKernels {
   const char* mode;  // mode name
   bool cublas;       // matmul calls cuBLAS
   void (*matmul)(const float*, const float*, float*, int, int, int);
+  // Weights in a stored type (F16, BF16, block formats): the types the table's registry row names.
+  void (*matmul_stored)(const float*, const cuda::StoredWeight&, float*, int, int, int, cuda::MatmulScratch&);
   void (*rmsnorm)(const float*, const float*, float*, int, int, float);
   void (*attention)(const AttentionRow*, int, const AttentionShape&, cuda::AttentionScratch&);
 };
 
-const CudaKernels kCudaDefault{"cuda-default", "default", true, cuda::matmul_default, cuda::rmsnorm_default,
+const CudaKernels kCudaDefault{"cuda-default",         "default",
+                               true,                   cuda::matmul_default,
+                               cuda::matmul_default_stored, cuda::rmsnorm_default,
                                cuda::attention_default};
-const CudaKernels kCudaInvariant{"cuda-batch-invariant", "batch-invariant", false, cuda::matmul_invariant,
-                                 cuda::rmsnorm_invariant, cuda::attention_invariant};
+const CudaKernels kCudaInvariant{"cuda-batch-invariant", "batch-invariant",
+                                 false,                  cuda::matmul_invariant,
+                                 cuda::matmul_invariant_stored, cuda::rmsnorm_invariant,
+                                 cuda::attention_invariant};
 
 // Small device arrays, grown on demand (row indices, positions, row pointers).
 template <class T>
@@ -76,7 +87,7 @@ class CudaOps final : public TableBase {
  public:
   CudaOps(const CudaKernels& k, int threads) : k_(k), threads_(threads), info_(cuda::device_info()) {}
   ~CudaOps() override {
-    for (auto& [host, dev] : weights_) cuda::free(dev);
+    for (auto& [host, dev] : weights_) cuda::free_bytes(dev);
     cuda::free(rope_cos_), cuda::free(rope_sin_);
     device_free(ints_.p), device_free(step_pos_.p);
     device_free(ptrs_.p), device_free(step_ptrs_.p);
@@ -120,15 +131,15 @@ class CudaOps final : public TableBase {
   void download(const Buffer& src, size_t offset, float* dst, size_t n) override {
     cuda::download(dst, src.data() + offset, n);
   }
-  // Weights are copied to the device once (per host address) and stay resident.
-  // A type the kernels cannot read stays on the host; the op that meets it names the type.
+  // Weights are copied to the device once (per host address), in their stored type, and stay
+  // resident; the kernels dequantize in registers. A type outside the table's registry row never
+  // gets here: the engine checks the model's types when it binds the weights (check_weight_types).
   Weight bind_weight(const Weight& w) override {
-    if (w.dtype != DType::F32) return w;
     auto it = weights_.find(w.data);
     if (it == weights_.end()) {
-      const size_t n = static_cast<size_t>(w.rows) * w.cols;
-      float* d = cuda::alloc(n);
-      cuda::upload(d, static_cast<const float*>(w.data), n);
+      const size_t bytes = static_cast<size_t>(w.rows) * quant::row_bytes(w.dtype, w.cols);
+      void* d = cuda::alloc_bytes(bytes);
+      cuda::upload_bytes(d, w.data, bytes);
       it = weights_.emplace(w.data, d).first;
       resident_.insert(d);
     }
@@ -139,7 +150,8 @@ class CudaOps final : public TableBase {
 
   // ---- kernels ----
   void matmul(const Buffer& x, const Weight& w, Buffer& y, int M) override {
-    k_.matmul(x.data(), device_weight(w), y.data(), M, w.rows, w.cols);
+    if (w.dtype == DType::F32) return k_.matmul(x.data(), device_weight(w), y.data(), M, w.rows, w.cols);
+    k_.matmul_stored(x.data(), stored_weight(w), y.data(), M, w.rows, w.cols, mm_scratch_);
   }
   void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {
     k_.rmsnorm(x.data(), device_weight(g), y.data(), M, g.cols, eps);
@@ -150,6 +162,8 @@ class CudaOps final : public TableBase {
 
   // ---- element-wise ops ----
   void embed(const Weight& table, const int* tokens, int R, Buffer& x) override {
+    if (table.dtype != DType::F32)  // a row dequantized on its own, as the CPU tables do
+      return cuda::gather_rows_stored(stored_weight(table), to_device(ints_, tokens, R), R, table.cols, x.data());
     const float* dt = device_weight(table);
     cuda::gather_rows(dt, to_device(ints_, tokens, R), R, table.cols, x.data());
   }
@@ -201,13 +215,20 @@ class CudaOps final : public TableBase {
   void raw_copy(float* dst, const float* src, size_t n) override { cuda::copy(dst, src, n); }
 
  private:
+  // A weight the forward pass bound already points at device memory; a host weight is bound now.
+  const void* device_data(const Weight& w) {
+    if (resident_.count(w.data)) return w.data;
+    return bind_weight(w).data;
+  }
+  // An F32 weight (matmul, norm gains, biases, embedding tables in f32).
   const float* device_weight(const Weight& w) {
     if (w.dtype != DType::F32)
-      throw BackendError(std::string("weights of type ") + dtype_name(w.dtype) +
-                         " are not supported by the CUDA op tables yet (supported: F32)");
-    // A weight the forward pass bound already points at device memory; a host weight is bound now.
-    if (resident_.count(w.data)) return static_cast<const float*>(w.data);
-    return static_cast<const float*>(bind_weight(w).data);
+      throw BackendError(std::string("the ") + k_.name + " op table reads " + dtype_name(w.dtype) +
+                         " weights only in matmul and the embedding; norm gains and biases must be F32");
+    return static_cast<const float*>(device_data(w));
+  }
+  cuda::StoredWeight stored_weight(const Weight& w) {
+    return {w.dtype, static_cast<const uint8_t*>(device_data(w)), quant::row_bytes(w.dtype, w.cols)};
   }
   // Whether (rows, R) / (pos, R) are the current step's, whose device copies begin_step made (and
   // no slot was reallocated since).
@@ -236,9 +257,10 @@ class CudaOps final : public TableBase {
   const CudaKernels& k_;
   int threads_;
   cuda::DeviceInfo info_;
-  std::unordered_map<const void*, float*> weights_;  // host address -> resident device copy
+  std::unordered_map<const void*, void*> weights_;  // host address -> resident device copy (stored type)
   std::unordered_set<const void*> resident_;         // the device copies
   cuda::AttentionScratch att_scratch_;
+  cuda::MatmulScratch mm_scratch_;  // the stored-weight matmul's converted activations or dequantized chunk
   std::vector<float*> host_ptrs_;
   DevArray<int> ints_;        // per-call indices (tokens, gathered rows; positions outside a step)
   DevArray<float*> ptrs_;     // per-call KV destinations outside a step

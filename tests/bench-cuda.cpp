@@ -1,7 +1,10 @@
 // repro-cuda-bench: the GPU benchmarks, side by side in one run (scripts/gpu-check.sh runs it).
 //   1. matmul GFLOP/s, batch-invariant kernel vs cuBLAS default, M in {1, 8, 64, 256, 4096} on f32
 //      weights [N][K] = 4096x4096, 14336x4096 (up) and 4096x14336 (down);
-//   2. one decode step of a synthesized ~1B-parameter Llama-shaped model (TinyLlama's shape: dim
+//   2. matmul GFLOP/s on weights in their stored type (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K;
+//      4096x4096, M in {1, 64, 256}), batch-invariant kernel vs the default path (cublasGemmEx for
+//      F16/BF16, dequantized chunks + sgemm for the block formats), each validated bitwise first;
+//   3. one decode step of a synthesized ~1B-parameter Llama-shaped model (TinyLlama's shape: dim
 //      2048, 22 layers, 32 heads, 4 KV heads, ffn 5632, vocab 32000; random weights made on the
 //      device), every layer through the CUDA kernels of each mode, at batch {1, 16, 64, 256} with
 //      256 positions of context each: tokens/s = batch / step time (the forward pass only; sampling
@@ -19,9 +22,11 @@
 #include <vector>
 
 #include "repro/common/error.hpp"
+#include "repro/common/quant.hpp"
 #include "../kernels/cuda.hpp"
 #include "../kernels/elementwise_math.hpp"
 #include "../kernels/kernels.hpp"
+#include "../kernels/matmul_quant.hpp"
 
 using namespace repro::kernels;
 
@@ -93,6 +98,50 @@ void bench_matmul(std::string& summary) {
                   ok ? "=cpu" : "DIFF");
       if (!ok) summary += " matmul-invariant-differs-from-cpu";
     }
+  }
+}
+
+// Matmul on weights in their stored type, 4096x4096: the batch-invariant kernel (validated first
+// against matmul_q_reference on rows 0 and M-1, bitwise) vs the default path (cublasGemmEx for
+// F16/BF16, dequantized chunks + sgemm for block formats).
+void bench_matmul_stored(std::string& summary) {
+  using repro::DType;
+  std::printf("\nmatmul on stored weights 4096x4096, GFLOP/s\n");
+  std::printf("%-6s %6s %14s %14s %8s %6s\n", "type", "M", "invariant", "default", "ratio", "bits");
+  const int N = 4096, K = 4096, Ms[] = {1, 64, 256};
+  std::vector<float> hw(static_cast<size_t>(N) * K), hx(static_cast<size_t>(256) * K);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& v : hw) v = dist(rng) * 0.05f;
+  for (auto& v : hx) v = dist(rng);
+  DevBuf x(hx.size()), y(static_cast<size_t>(256) * N);
+  cuda::upload(x.p, hx.data(), hx.size());
+  cuda::MatmulScratch scratch;
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const size_t rb = repro::quant::row_bytes(t, K);
+    std::vector<uint8_t> w(rb * N);
+    for (int n = 0; n < N; ++n) repro::quant::quantize_row(t, hw.data() + static_cast<size_t>(n) * K, w.data() + rb * n, K);
+    void* dw = cuda::alloc_bytes(w.size());
+    cuda::upload_bytes(dw, w.data(), w.size());
+    const cuda::StoredWeight sw{t, static_cast<const uint8_t*>(dw), rb};
+    const QuantWeight qw{t, w.data(), rb};
+    for (int M : Ms) {
+      cuda::matmul_invariant_stored(x.p, sw, y.p, M, N, K, scratch);
+      bool ok = true;
+      std::vector<float> got(N), ref(N);
+      for (int m : {0, M - 1}) {
+        cuda::download(got.data(), y.p + static_cast<size_t>(m) * N, N);
+        matmul_q_reference(hx.data() + static_cast<size_t>(m) * K, qw, ref.data(), 1, N, K);
+        ok = ok && std::memcmp(got.data(), ref.data(), N * sizeof(float)) == 0;
+      }
+      const double flop = 2.0 * M * N * static_cast<double>(K);
+      const double ti = time_per_call([&] { cuda::matmul_invariant_stored(x.p, sw, y.p, M, N, K, scratch); });
+      const double td = time_per_call([&] { cuda::matmul_default_stored(x.p, sw, y.p, M, N, K, scratch); });
+      std::printf("%-6s %6d %14.1f %14.1f %7.2fx %6s\n", repro::dtype_name(t), M, flop / ti * 1e-9, flop / td * 1e-9,
+                  td / ti, ok ? "=cpu" : "DIFF");
+      if (!ok) summary += std::string(" ") + repro::dtype_name(t) + "-invariant-differs-from-cpu";
+    }
+    cuda::free_bytes(dw);
   }
 }
 
@@ -277,6 +326,7 @@ int main(int argc, char** argv) {
                 info.cublas_version.c_str());
     std::string summary;
     bench_matmul(summary);
+    bench_matmul_stored(summary);
     if (!matmul_only) bench_decode(summary);
     std::printf("\nsummary:%s\n", summary.empty() ? " ok" : summary.c_str());
     return summary.find("differs") == std::string::npos ? 0 : 1;

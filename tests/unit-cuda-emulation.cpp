@@ -20,7 +20,11 @@
 
 #include "../kernels/attention/cuda_chunk.hpp"
 #include "../kernels/common.hpp"
+#include "../kernels/matmul/cuda_dequant.hpp"
+#include "../kernels/matmul/cuda_int_dot.hpp"
 #include "../kernels/matmul/cuda_tile.hpp"
+#include "../kernels/matmul_quant.hpp"
+#include "repro/common/quant.hpp"
 #include "../kernels/rmsnorm/cuda_rows.hpp"
 #include "../kernels/elementwise_math.hpp"
 #include "../kernels/kernels.hpp"
@@ -45,8 +49,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// ---- matmul: the grid of 256-thread blocks, run serially ----
-void emulate_matmul(const float* x, const float* w, float* y, int M, int N, int K, bool& lanes_agree) {
+// ---- matmul: the grid of 256-thread blocks, run serially (w: an f32 matrix or a dq::Rows loader) ----
+template <class W>
+void emulate_matmul(const float* x, const W& w, float* y, int M, int N, int K, bool& lanes_agree) {
   using namespace repro::kernels::cuda::mm;
   auto smem = std::make_unique<Smem>();
   std::vector<float> acc_all(static_cast<size_t>(kThreads) * RM * RN);
@@ -164,6 +169,179 @@ TEST_CASE("cuda emulation: invariant matmul equals matmul_reference bitwise") {
     }
   }
   CHECK(checked == 56);
+}
+
+namespace {
+
+// Random stored rows of type t: quantized random floats, or (raw) random bytes, which reach every
+// scale, min and code a block can hold (NaN and infinite scales included).
+std::vector<uint8_t> stored_rows(repro::DType t, int N, int K, uint32_t seed, bool raw) {
+  const size_t rb = repro::quant::row_bytes(t, K);
+  std::vector<uint8_t> out(rb * N);
+  if (raw) {
+    std::mt19937 rng(seed);
+    for (auto& b : out) b = static_cast<uint8_t>(rng());
+    return out;
+  }
+  const auto f = random_vec(static_cast<size_t>(N) * K, seed, -2.0f, 2.0f);
+  for (int n = 0; n < N; ++n) repro::quant::quantize_row(t, f.data() + static_cast<size_t>(n) * K, out.data() + rb * n, K);
+  return out;
+}
+
+// dq::element over whole rows, as the kernels read them.
+template <repro::DType F>
+std::vector<float> element_rows(const std::vector<uint8_t>& w, int N, int K) {
+  const dq::Rows<F> rows{w.data(), repro::quant::row_bytes(F, K)};
+  std::vector<float> out(static_cast<size_t>(N) * K);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) out[static_cast<size_t>(n) * K + k] = rows(n, k);
+  return out;
+}
+std::vector<float> element_rows(repro::DType t, const std::vector<uint8_t>& w, int N, int K) {
+  std::vector<float> out;
+  dq::with_rows(t, w.data(), repro::quant::row_bytes(t, K), [&](auto rows) {
+    out.resize(static_cast<size_t>(N) * K);
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k) out[static_cast<size_t>(n) * K + k] = rows(n, k);
+  });
+  return out;
+}
+
+std::vector<float> dequantized(repro::DType t, const std::vector<uint8_t>& w, int N, int K) {
+  const size_t rb = repro::quant::row_bytes(t, K);
+  std::vector<float> out(static_cast<size_t>(N) * K);
+  for (int n = 0; n < N; ++n) repro::quant::dequantize_row_scalar(t, w.data() + rb * n, out.data() + static_cast<size_t>(n) * K, K);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda emulation: the device dequantizer equals quant::dequantize_row bitwise, every type") {
+  using repro::DType;
+  // Every 16-bit code (NaNs, infinities, subnormals, both zeros) of F16 and BF16.
+  std::vector<uint8_t> codes(2 * 65536);
+  for (uint32_t c = 0; c < 65536; ++c) codes[2 * c] = static_cast<uint8_t>(c & 0xff), codes[2 * c + 1] = static_cast<uint8_t>(c >> 8);
+  for (DType t : {DType::F16, DType::BF16}) {
+    CAPTURE(repro::dtype_name(t));
+    CHECK(same_bits(element_rows(t, codes, 1, 65536), dequantized(t, codes, 1, 65536)));
+  }
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (bool raw : {false, true}) {
+      CAPTURE(repro::dtype_name(t));
+      CAPTURE(raw);
+      const int N = 40, K = 512;
+      const auto w = stored_rows(t, N, K, 31 + static_cast<uint32_t>(t), raw);
+      CHECK(same_bits(element_rows(t, w, N, K), dequantized(t, w, N, K)));
+    }
+  // The SIMD dequantizer the CPU tables run gives the same bits too (so the CPU tables' embedding
+  // and panels equal the device's elements).
+  const auto w = stored_rows(DType::Q5_K, 8, 256, 5, false);
+  std::vector<float> simd(8 * 256);
+  for (int n = 0; n < 8; ++n) repro::quant::dequantize_row(DType::Q5_K, w.data() + 176 * n, simd.data() + 256 * n, 256);
+  CHECK(same_bits(simd, element_rows<DType::Q5_K>(w, 8, 256)));
+  // F32 and unknown types are not stored types.
+  CHECK_FALSE(dq::with_rows(DType::F32, nullptr, 0, [](auto) {}));
+}
+
+TEST_CASE("cuda emulation: invariant matmul on stored weights equals matmul_q_reference bitwise") {
+  using repro::DType;
+  struct Case {
+    DType t;
+    int N, K;
+  };
+  const Case cases[] = {{DType::F16, 70, 33},   {DType::F16, 130, 257}, {DType::BF16, 5, 7},
+                        {DType::BF16, 64, 512}, {DType::Q4_0, 33, 96},  {DType::Q4_0, 70, 512},
+                        {DType::Q5_K, 65, 256}, {DType::Q5_K, 8, 768},  {DType::Q6_K, 65, 256},
+                        {DType::Q6_K, 8, 768}};
+  int checked = 0;
+  for (const Case& c : cases) {
+    REQUIRE(dq::invariant_reads(c.t));
+    const auto w = stored_rows(c.t, c.N, c.K, 3 + c.N + c.K, false);
+    const QuantWeight qw{c.t, w.data(), repro::quant::row_bytes(c.t, c.K)};
+    for (int M : {1, 2, 3, 7, 8, 16, 33, 64}) {
+      CAPTURE(repro::dtype_name(c.t));
+      CAPTURE(M);
+      CAPTURE(c.N);
+      CAPTURE(c.K);
+      const auto x = random_vec(static_cast<size_t>(M) * c.K, 97 + M * 13 + c.K);
+      std::vector<float> ref(static_cast<size_t>(M) * c.N), emu(ref.size(), 12345.0f);
+      matmul_q_reference(x.data(), qw, ref.data(), M, c.N, c.K);
+      bool lanes_agree = false;
+      dq::with_rows(c.t, w.data(), qw.row_bytes,
+                    [&](auto rows) { emulate_matmul(x.data(), rows, emu.data(), M, c.N, c.K, lanes_agree); });
+      CHECK(lanes_agree);
+      CHECK(same_bits(ref, emu));
+      ++checked;
+    }
+  }
+  CHECK(checked == 80);
+}
+
+TEST_CASE("cuda emulation: Q8_0 and Q4_K on int8 activations equal matmul_q_reference bitwise") {
+  using repro::DType;
+  for (DType t : {DType::Q8_0, DType::Q4_K}) {
+    REQUIRE(dq::invariant_reads(t));
+    const bool q4k = t == DType::Q4_K;
+    const int blk = idot::act_block(q4k);
+    for (const int K : {256, 768}) {
+      const int N = 37;
+      for (bool raw : {false, true}) {
+        // Raw bytes reach every scale and min; keep the f16 scales finite so the sums are numbers.
+        auto w = stored_rows(t, N, K, 41 + K + raw, raw);
+        const size_t rb = repro::quant::row_bytes(t, K);
+        if (raw)
+          for (int n = 0; n < N; ++n)
+            for (int b = 0; b < K / (q4k ? 256 : 32); ++b) {
+              uint8_t* blkp = w.data() + rb * n + (q4k ? 144 : 34) * b;
+              blkp[1] &= 0x3b, blkp[3] &= q4k ? 0x3b : 0xff;  // exponent below 31 (and small)
+            }
+        const QuantWeight qw{t, w.data(), rb};
+        for (int M : {1, 2, 3, 7, 8, 33}) {
+          CAPTURE(repro::dtype_name(t));
+          CAPTURE(K);
+          CAPTURE(raw);
+          CAPTURE(M);
+          auto x = random_vec(static_cast<size_t>(M) * K, 7 + M + K, -3.0f, 3.0f);
+          if (M > 2) std::fill(x.begin() + 2 * K, x.begin() + 2 * K + blk, 0.0f);  // a zero block: d = 0
+          // The quantize kernel: one thread per (row, block).
+          const int nb = K / blk;
+          std::vector<int8_t> q(static_cast<size_t>(M) * K), qr(q.size());
+          std::vector<float> d(static_cast<size_t>(M) * nb), dr(static_cast<size_t>(M) * (K / 32));
+          std::vector<int16_t> bs(static_cast<size_t>(M) * (K / 32)), bsr(bs.size());
+          for (long th = 0; th < static_cast<long>(M) * nb; ++th)
+            idot::quantize_block(x.data() + th * blk, blk, q.data() + th * blk, d.data() + th,
+                                 q4k ? bs.data() + th * (blk / 32) : nullptr);
+          for (int m = 0; m < M; ++m)
+            quantize_act_row_reference(t, x.data() + static_cast<size_t>(m) * K, K, qr.data() + static_cast<size_t>(m) * K,
+                                       dr.data() + static_cast<size_t>(m) * nb, bsr.data() + static_cast<size_t>(m) * (K / 32));
+          CHECK(std::memcmp(q.data(), qr.data(), q.size()) == 0);
+          CHECK(std::memcmp(d.data(), dr.data(), d.size() * 4) == 0);
+          if (q4k) CHECK(std::memcmp(bs.data(), bsr.data(), bs.size() * 2) == 0);
+          // The dot kernel: 8 lanes per output, the xor-shuffle tree, minus the mins term.
+          std::vector<float> ref(static_cast<size_t>(M) * N), emu(ref.size());
+          matmul_q_reference(x.data(), qw, ref.data(), M, N, K);
+          bool all_same = true;
+          for (int m = 0; m < M; ++m)
+            for (int n = 0; n < N; ++n) {
+              float lanes[kLanes], accm = 0.0f;
+              for (int l = 0; l < kLanes; ++l) {
+                const uint8_t* wr = w.data() + rb * n;
+                const int8_t* qm = q.data() + static_cast<size_t>(m) * K;
+                lanes[l] = q4k ? idot::q4_k_lane(wr, qm, d.data() + static_cast<size_t>(m) * nb,
+                                                 bs.data() + static_cast<size_t>(m) * (K / 32), K, l, accm)
+                               : idot::q8_0_lane(wr, qm, d.data() + static_cast<size_t>(m) * nb, K, l);
+              }
+              bool same = false;
+              const float v = emulate_group_tree(lanes, &same);
+              all_same = all_same && same;
+              emu[static_cast<size_t>(m) * N + n] = q4k ? v - accm : v;
+            }
+          CHECK(all_same);
+          CHECK(same_bits(ref, emu));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("cuda emulation: a wrong lane order is caught (the test can fail)") {

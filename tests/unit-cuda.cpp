@@ -21,7 +21,10 @@ TEST_CASE("cuda: built without CUDA") { MESSAGE("skipped: this build has no CUDA
 #include "repro/common/error.hpp"
 #include "repro/engine/engine.hpp"
 #include "../kernels/cuda.hpp"
+#include "repro/common/quant.hpp"
 #include "repro/model/synth.hpp"
+#include "../kernels/matmul/cuda_dequant.hpp"
+#include "../kernels/matmul_quant.hpp"
 #include "test_util.hpp"
 #include "../kernels/elementwise_math.hpp"
 #include "../kernels/kernels.hpp"
@@ -118,6 +121,72 @@ TEST_CASE("cuda: invariant matmul == CPU reference bitwise; cuBLAS differences f
       CHECK(worst < 1e-3 * std::sqrt(double(K)));
     }
     MESSAGE("cuBLAS row 0 vs batch 1, N=", N, " K=", K, ":", counts);
+  }
+}
+
+namespace {
+// Quantized random rows of type t ([N][K] stored) and their device copy.
+std::vector<uint8_t> stored_rows(repro::DType t, int N, int K, uint32_t seed) {
+  const size_t rb = repro::quant::row_bytes(t, K);
+  std::vector<uint8_t> out(rb * N);
+  const auto f = random_vec(static_cast<size_t>(N) * K, seed, -2.0f, 2.0f);
+  for (int n = 0; n < N; ++n) repro::quant::quantize_row(t, f.data() + static_cast<size_t>(n) * K, out.data() + rb * n, K);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cuda: stored weights (F16, BF16, block formats): invariant matmul == CPU reference bitwise, "
+          "embedding rows == dequantize_row, default close") {
+  if (!have_device()) return;
+  using repro::DType;
+  const int N = 320, K = 1024;
+  cuda::MatmulScratch scratch;
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    CAPTURE(repro::dtype_name(t));
+    const auto w = stored_rows(t, N, K, 17 + static_cast<uint32_t>(t));
+    const size_t rb = repro::quant::row_bytes(t, K);
+    void* dw = cuda::alloc_bytes(w.size());
+    cuda::upload_bytes(dw, w.data(), w.size());
+    const cuda::StoredWeight sw{t, static_cast<const uint8_t*>(dw), rb};
+    const QuantWeight qw{t, w.data(), rb};
+    std::vector<float> deq(static_cast<size_t>(N) * K);
+    for (int n = 0; n < N; ++n) repro::quant::dequantize_row(t, w.data() + rb * n, deq.data() + static_cast<size_t>(n) * K, K);
+    std::string counts;
+    std::vector<float> alone;
+    for (int M : {1, 2, 7, 33, 64, 256}) {
+      CAPTURE(M);
+      const auto x = random_vec(static_cast<size_t>(M) * K, 23 + K);
+      Dev dx(x), dy(static_cast<size_t>(M) * N);
+      REQUIRE(cuda::dq::invariant_reads(t));  // the registry row of cuda-batch-invariant
+      std::vector<float> ref(static_cast<size_t>(M) * N);
+      matmul_q_reference(x.data(), qw, ref.data(), M, N, K);
+      cuda::matmul_invariant_stored(dx.p, sw, dy.p, M, N, K, scratch);
+      CHECK(same_bits(dy.get().data(), ref.data(), ref.size()));
+      cuda::matmul_default_stored(dx.p, sw, dy.p, M, N, K, scratch);
+      const auto def = dy.get();
+      if (M == 1) alone.assign(def.begin(), def.begin() + N);
+      counts += " M=" + std::to_string(M) + (same_bits(def.data(), alone.data(), N) ? ":same" : ":differs");
+      // Against the f32 product on the dequantized matrix (16-bit activations in F16/BF16: a tolerance).
+      std::vector<float> f32(static_cast<size_t>(M) * N);
+      matmul_reference(x.data(), deq.data(), f32.data(), M, N, K);
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < f32.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(def[i]) - f32[i]));
+        scale = std::max(scale, std::fabs(double(f32[i])));
+      }
+      CHECK(worst <= 2e-2 * (1 + scale));
+    }
+    MESSAGE(repro::dtype_name(t), " cuda-default row 0 vs batch 1:", counts);
+    // Embedding rows: dequantized on the device, the CPU's bits.
+    const std::vector<int> idx = {5, 0, 319, 5};
+    int* didx = cuda::alloc_ints(idx.size());
+    cuda::upload_ints(didx, idx.data(), idx.size());
+    Dev out(idx.size() * K);
+    cuda::gather_rows_stored(sw, didx, static_cast<int>(idx.size()), K, out.p);
+    const auto got = out.get();
+    cuda::free_ints(didx);
+    for (size_t j = 0; j < idx.size(); ++j) CHECK(same_bits(&got[j * K], &deq[static_cast<size_t>(idx[j]) * K], K));
+    cuda::free_bytes(dw);
   }
 }
 
@@ -288,12 +357,20 @@ void cross_device(const Model& m, const char* what) {
 
 TEST_CASE("cuda: end to end, cuda-batch-invariant == cpu-batch-invariant (tokens, logprobs, logits hash)") {
   if (!have_device()) return;
-  repro::SynthOptions o;  // GQA: 4 query heads over 2 KV heads
-  o.seed = 7;
   const auto dir = repro::test::scratch_dir("cuda-synth");
-  const std::string path = (dir / "m.gguf").string();
-  repro::write_synth_model(o, path);
-  cross_device(*repro::load_model(path), "synthesized GQA model");
+  // Every type cuda-batch-invariant reads (GQA: 4 query heads over 2 KV heads; dim and hidden are
+  // multiples of 256 for the k-quants). cuda-default runs each too.
+  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}) {
+    repro::SynthOptions o;
+    o.seed = 7;
+    o.type = type;
+    o.dim = 256;
+    o.hidden_dim = 512;
+    o.n_layers = 2;
+    const std::string path = (dir / (std::string(type) + ".gguf")).string();
+    repro::write_synth_model(o, path);
+    cross_device(*repro::load_model(path), (std::string("synthesized GQA model, ") + type).c_str());
+  }
   REPRO_REQUIRE_MODELS(models);
   cross_device(*repro::load_model((models / "stories260K.gguf").string()), "stories260K");
 }

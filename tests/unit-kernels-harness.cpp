@@ -153,15 +153,24 @@ void check_rows(Table& t, const char* op, size_t width, const std::vector<float>
 TEST_CASE("op tables: a model's weight types are checked against the table before any kernel runs") {
   CHECK_NOTHROW(check_weight_types(Device::Cpu, Mode::BatchInvariant, {DType::F32, DType::Q5_K, DType::Q4_K}));
 #ifdef REPRO_HAVE_CUDA
-  // No GPU needed: the registry row says what the CUDA tables read.
-  CHECK_NOTHROW(check_weight_types(Device::Cuda, Mode::BatchInvariant, {DType::F32}));
-  CHECK_THROWS_WITH_AS(check_weight_types(Device::Cuda, Mode::BatchInvariant, {DType::F32, DType::Q8_0}),
-                       "--device cuda: the cuda-batch-invariant op table does not read Q8_0 weights (it reads F32); "
-                       "use --device cpu, or a model stored in a type it reads",
-                       UsageError);
-  CHECK_THROWS_WITH_AS(check_weight_types(Device::Cuda, Mode::Default, {DType::BF16}),
-                       doctest::Contains("the cuda-default op table does not read BF16 weights"), UsageError);
+  // No GPU needed: the registry rows say what the CUDA tables read: every stored type the CPU reads
+  // (cuda-batch-invariant in the CPU's order, cuda-default through cuBLAS).
+  for (Mode mode : {Mode::Default, Mode::BatchInvariant}) {
+    CHECK_NOTHROW(check_weight_types(Device::Cuda, mode,
+                                     {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
+                                      DType::Q5_K, DType::Q6_K}));
+    // A type outside a row (here a value past the last stored type) is refused by name, exit 2.
+    CHECK_THROWS_WITH_AS(check_weight_types(Device::Cuda, mode, {DType::F16, static_cast<DType>(9)}),
+                         doctest::Contains(doctest::String((std::string("--device cuda: the ") +
+                                                            (mode == Mode::Default ? "cuda-default" : "cuda-batch-invariant") +
+                                                            " op table does not read ? weights (it reads F32, F16, BF16, "
+                                                            "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); use --device cpu")
+                                                               .c_str())),
+                         UsageError);
+  }
 #endif
+  CHECK_THROWS_WITH_AS(check_weight_types(Device::Cpu, Mode::Default, {static_cast<DType>(9)}),
+                       doctest::Contains("the cpu-default op table does not read ? weights"), UsageError);
   // A pair with no table: make_ops names that, not this check.
   CHECK_NOTHROW(check_weight_types(Device::Cuda, Mode::Deterministic, {DType::Q8_0}));
 }

@@ -22,6 +22,10 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
 struct CublasApi {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSgemm_v2) sgemm;
+  // The C entry point (cublas_api.h adds a C++ overload taking cudaDataType as the compute type).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&cublasGetProperty) get_property;
   decltype(&cublasGetStatusString) status_string;
 };

@@ -44,9 +44,10 @@ const Loaded& loaded() {
     auto sym = [&](const char* name) { return dlsym(h, name); };
     r.api.create = reinterpret_cast<decltype(r.api.create)>(sym("cublasCreate_v2"));
     r.api.sgemm = reinterpret_cast<decltype(r.api.sgemm)>(sym("cublasSgemm_v2"));
+    r.api.gemm_ex = reinterpret_cast<decltype(r.api.gemm_ex)>(sym("cublasGemmEx"));
     r.api.get_property = reinterpret_cast<decltype(r.api.get_property)>(sym("cublasGetProperty"));
     r.api.status_string = reinterpret_cast<decltype(r.api.status_string)>(sym("cublasGetStatusString"));
-    r.ok = r.api.create && r.api.sgemm && r.api.get_property && r.api.status_string;
+    r.ok = r.api.create && r.api.sgemm && r.api.gemm_ex && r.api.get_property && r.api.status_string;
     if (!r.ok) r.error = soname + " lacks a cuBLAS entry point this build needs; use the toolkit it was built with";
     return r;
   }();
@@ -143,6 +144,33 @@ void copy(float* d_dst, const float* d_src, size_t n) {
   if (n) REPRO_CUDA_CHECK(cudaMemcpy(d_dst, d_src, n * sizeof(float), cudaMemcpyDeviceToDevice));
 }
 void synchronize() { REPRO_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void* alloc_bytes(size_t n) {
+  void* p = nullptr;
+  REPRO_CUDA_CHECK(cudaMalloc(&p, n ? n : 1));
+  return p;
+}
+void free_bytes(void* d) {
+  if (d) REPRO_CUDA_CHECK(cudaFree(d));
+}
+void upload_bytes(void* d_dst, const void* src, size_t n) {
+  if (n) REPRO_CUDA_CHECK(cudaMemcpy(d_dst, src, n, cudaMemcpyHostToDevice));
+}
+
+MatmulScratch::~MatmulScratch() {
+  // Freed from destructors: a failing cudaFree at teardown is not worth an abort.
+  if (buf_) cudaFree(buf_);
+}
+void* MatmulScratch::get(size_t bytes) {
+  if (bytes > cap_) {
+    if (buf_) REPRO_CUDA_CHECK(cudaFree(buf_));
+    buf_ = nullptr;
+    cap_ = 0;
+    REPRO_CUDA_CHECK(cudaMalloc(&buf_, bytes));
+    cap_ = bytes;
+  }
+  return buf_;
+}
 
 int* alloc_ints(size_t n) {
   void* p = nullptr;

@@ -33,17 +33,31 @@ struct Smem {
   float ws[BN * LDS];
 };
 
-// Thread tid's share of loading chunk k0 of the tile at (m0, n0); zeros outside x/w.
-REPRO_HD void load_chunk(int tid, const float* x, const float* w, int M, int N, int K, int m0, int n0, int k0,
-                         Smem& s) {
+// Weights in f32: element (n, k) of w[N][K].
+struct F32Rows {
+  const float* w;
+  int K;
+  REPRO_HD float operator()(int n, int k) const { return w[static_cast<long>(n) * K + k]; }
+};
+
+// Thread tid's share of loading chunk k0 of the tile at (m0, n0); zeros outside x/w. The weight is
+// read through `w(n, k)`: an f32 matrix (F32Rows) or one in its stored type, each element turned
+// into f32 in registers as it is staged (dq::Rows, kernels/matmul/cuda_dequant.hpp); the chunk in
+// shared memory is f32 either way, so the sums below do not depend on the stored type.
+template <class W>
+REPRO_HD void load_chunk(int tid, const float* x, const W& w, int M, int N, int K, int m0, int n0, int k0, Smem& s) {
   for (int e = tid; e < BM * KC; e += kThreads) {
     const int r = e / KC, c = e % KC, m = m0 + r, k = k0 + c;
     s.xs[r * LDS + c] = (m < M && k < K) ? x[static_cast<long>(m) * K + k] : 0.0f;
   }
   for (int e = tid; e < BN * KC; e += kThreads) {
     const int r = e / KC, c = e % KC, n = n0 + r, k = k0 + c;
-    s.ws[r * LDS + c] = (n < N && k < K) ? w[static_cast<long>(n) * K + k] : 0.0f;
+    s.ws[r * LDS + c] = (n < N && k < K) ? w(n, k) : 0.0f;
   }
+}
+REPRO_HD void load_chunk(int tid, const float* x, const float* w, int M, int N, int K, int m0, int n0, int k0,
+                         Smem& s) {
+  load_chunk(tid, x, F32Rows{w, K}, M, N, K, m0, n0, k0, s);
 }
 
 // Number of 8-wide steps of chunk k0 that belong to the zero-padded length ceil(K / 8) * 8.
