@@ -192,6 +192,7 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"batch_sizes", {2, 3, 64}},
       {"tp_sizes", {1, 4}},
       {"allreduces", {"tree", "ring"}},
+      {"devices", {"cpu", "cuda"}},
       {"positions", {"middle", "2"}},
       {"filler_sets", 4},
       {"filler_seed", 99},

@@ -18,6 +18,7 @@
 #include "repro/audit/distribution.hpp"
 #include "repro/audit/drift_size.hpp"
 #include "repro/audit/isolation.hpp"
+#include "repro/audit/device_axis.hpp"
 #include "repro/audit/tp_axis.hpp"
 #include "repro/audit/panel.hpp"
 #include "repro/audit/plan.hpp"
@@ -198,6 +199,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   analyze_variants(r);        // prompt variants per variant and per task (src/audit/variants.cpp)
   analyze_isolation(r);       // --isolation: leakage between rows (src/audit/isolation.cpp)
   analyze_tp(r);              // --tp: each TP size against TP 1 (src/audit/tp_axis.cpp)
+  analyze_devices(r);         // --devices: each device against the first (src/audit/device_axis.cpp)
   record_endpoint_token_text(r);  // endpoints: divergent tokens as the text their logprobs named
   compute_advice(r);          // what to do about the findings (src/audit/advice.cpp)
 }
@@ -282,6 +284,7 @@ std::string repro_command(const AuditReport& r, const Completion& c) {
   std::string device = "cpu";
   if (auto e = r.environment.find("engine"); e != r.environment.end() && e->is_object())
     device = e->value("device", "cpu");
+  if (!c.device.empty()) device = c.device;  // run --devices: the device the completion ran on
   const int threads = r.plan.value("threads", 1);
   const int max_tokens = r.plan.value("max_tokens", 32);
   const auto fs = r.plan.find("filler_seed");

@@ -176,12 +176,14 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
   for (const auto* p : {&a.plan, &b.plan})
     if (p->is_object())
       for (auto it = p->begin(); it != p->end(); ++it) keys.insert(it.key());
-  // Reports written before TP was a plan axis ran at TP 1 (ring): the same plan as "tp": [1].
+  // Reports written before TP was a plan axis ran at TP 1 (ring): the same plan as "tp": [1]; before
+  // devices was one, on one device: "devices": [].
   auto plan_value = [](const AuditReport& r, const std::string& k) -> nlohmann::json {
     const nlohmann::json& v = at(r.plan, k.c_str());
     if (v.is_null() && r.plan.is_object() && !at(r.environment, "endpoints").is_array()) {
       if (k == "tp") return nlohmann::json::array({1});
       if (k == "allreduce") return nlohmann::json::array({"ring"});
+      if (k == "devices") return nlohmann::json::array();  // ... and on one device
     }
     return v;
   };

@@ -32,6 +32,7 @@ const Factor kFactors[] = {
     {FactorId::Tp, "tp", [](const Completion& c) { return std::to_string(c.tp); }, true, "the tensor-parallel size"},
     {FactorId::AllReduce, "allreduce", [](const Completion& c) { return c.allreduce; }, false,
      "the all-reduce order"},
+    {FactorId::Device, "device", [](const Completion& c) { return c.device; }, false, "the device (CPU or GPU)"},
 };
 
 }  // namespace

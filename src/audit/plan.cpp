@@ -185,6 +185,9 @@ PlanOptions plan_from_report(const AuditReport& r) {
     static const nlohmann::json kTp1 = nlohmann::json::array({1}), kRing = nlohmann::json::array({"ring"});
     if (!v && std::string(opt.report_key) == "tp") v = &kTp1;
     if (!v && std::string(opt.report_key) == "allreduce") v = &kRing;
+    // ... and on one device.
+    static const nlohmann::json kNoDevices = nlohmann::json::array();
+    if (!v && std::string(opt.report_key) == "devices") v = &kNoDevices;
     // A remote run records no settings of the local engine: they keep their defaults.
     const nlohmann::json local_default = opt.get(PlanOptions{});
     if (!v && opt.local_only() && r.environment.is_object() && r.environment.contains("endpoints")) v = &local_default;
@@ -274,6 +277,17 @@ void validate_plan(const PlanOptions& o, int context_length) {
                      " re-requests answers that do not conform to a schema; give --json-schema FILE too");
   for (const auto& p : o.positions)
     if (p != "first" && p != "middle" && p != "last") parse_position(p);
+  if (!o.devices.empty()) {
+    if (std::set<std::string>(o.devices.begin(), o.devices.end()).size() != o.devices.size())
+      throw UsageError("--devices: each device once (e.g. cpu,cuda)");
+    if (o.devices.size() < 2)
+      throw UsageError("--devices compares devices: give two (cpu,cuda), or run on one with --device " + o.devices[0]);
+    if (std::find(o.devices.begin(), o.devices.end(), "cuda") != o.devices.end())
+      for (const auto& m : o.modes)
+        if (m != "default" && m != "batch-invariant" && m != "invariant")
+          throw UsageError("--devices cuda: the cuda op tables run default and batch-invariant only; drop '" + m +
+                           "' from --modes, or cuda from --devices");
+  }
   if (o.replicate_shards && o.shard.empty())
     throw UsageError("--replicate-shards runs the whole plan on every shard of --shard K/N (or --shard auto); give "
                      "--shard too");
@@ -523,6 +537,8 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
       }
   }
   if (tps.empty()) tps.push_back({1, ""});
+  std::vector<std::string> devices = o.devices;
+  if (devices.empty()) devices.push_back("");  // the engine's --device, no axis
   for (int b : sizes) {
     std::set<int> positions;
     for (const auto& p : o.positions) {
@@ -538,10 +554,12 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
       for (int f = 0; f < sets; ++f)
         for (int j : std::set<int>(joins.begin(), joins.end()))
           for (int d : std::set<int>(deltas.begin(), deltas.end()))
-            for (const auto& [tp, ar] : tps) {
-              out.push_back({b, pos, f, j, d, false, tp, ar});
-              if (o.isolation && b > 1) out.push_back({b, pos, f, j, d, true, tp, ar});  // same shapes, other contents
-            }
+            for (const auto& [tp, ar] : tps)
+              for (const auto& dev : devices) {
+                out.push_back({b, pos, f, j, d, false, tp, ar, dev});
+                if (o.isolation && b > 1)
+                  out.push_back({b, pos, f, j, d, true, tp, ar, dev});  // same shapes, other contents
+              }
   }
   return out;
 }

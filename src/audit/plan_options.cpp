@@ -76,7 +76,7 @@ std::vector<T> as_list(const json& v) {
 }  // namespace
 
 bool PlanOption::local_only() const {
-  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "tp_sizes", "allreduces",
+  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "tp_sizes", "allreduces", "devices",
                                               "positions", "filler_sets",
                                               "filler_seed", "prompt_tokens", "generated_prompts", "mate_join_steps",
                                               "mate_prompt_deltas", "long_context_model", "threads"};
@@ -125,6 +125,13 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.allreduces); },
      [](PlanOptions& o, const json& v) { o.allreduces = as_list<std::string>(v); },
      [](const json& v) { return one_of(v, {"ring", "tree"}); }, "ring or tree"},
+    {"devices", OptionType::TextList, "--devices", "devices", "devices",
+     "The cross-device tier: devices to run every batch context on, comma-separated: cpu,cuda (each completion "
+     "off the first device is compared with its twin on it; a device this machine lacks is skipped with a note; "
+     "excludes --device)", true,
+     [](const PlanOptions& o) { return json(o.devices); },
+     [](PlanOptions& o, const json& v) { o.devices = as_list<std::string>(v); },
+     [](const json& v) { return one_of(v, {"cpu", "cuda"}); }, "cpu or cuda", true},
     {"positions", OptionType::TextList, "--positions", "positions", "positions",
      "Probe positions in the batch: first,middle,last or indices (an index no batch size holds is refused; one only "
      "the larger batch sizes hold is skipped for the smaller ones, with a note)", true,

@@ -152,6 +152,9 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (q.given("--tp") || q.given("--allreduce"))
       throw UsageError("--tp and --allreduce simulate tensor parallelism in the local engine; an endpoint's TP is "
                        "its server's: drop them with --endpoint");
+    if (q.given("--devices"))
+      throw UsageError("--devices runs the local engine on each device; an endpoint's device is its server's: "
+                       "drop --devices with --endpoint (compare two servers with --endpoint A=URL --endpoint B=URL)");
     if (q.given("--chat-template"))
       throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
                        "templates: drop it with --endpoint");
@@ -181,6 +184,9 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (resumed && !q.given("--stop-token")) use_recorded_eog_tokens(*run.model, report.environment);
     if (resumed) check_resume_eog_tokens(q, report, *run.model);
     if (resumed) check_resume_chat_template(report, *run.model);
+    if (!plan.devices.empty() && q.given("--device"))
+      throw UsageError("--device and --devices exclude each other: --devices runs every batch context on each "
+                       "device it names; drop --device");
     validate_plan(plan, run.model->config.context_length);
     // Every --tp size must divide the model (heads, KV heads, FFN hidden size, weight blocks).
     for (int tp : plan.tp_sizes) check_tensor_parallel(*run.model, tp, "--tp");

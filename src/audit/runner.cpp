@@ -20,6 +20,7 @@
 #include "repro/remote/server_metrics.hpp"
 #include "repro/audit/shards.hpp"
 #include "repro/engine/engine.hpp"
+#include "repro/kernels/backends.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
@@ -35,7 +36,7 @@ std::string cell_key(const Completion& c) {
          (c.mate_join_step != 0 ? "|j" + std::to_string(c.mate_join_step) : "") +
          (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "") +
          (c.mate_contents.empty() ? "" : "|m" + c.mate_contents) + (c.tp != 1 ? "|tp" + std::to_string(c.tp) : "") +
-         (c.allreduce.empty() ? "" : "|" + c.allreduce);
+         (c.allreduce.empty() ? "" : "|" + c.allreduce) + (c.device.empty() ? "" : "|" + c.device);
 }
 
 std::string progress_line(const ProgressState& p, int width) {
@@ -181,6 +182,20 @@ void record_steps(const GenResult& g, Completion& c) {
 
 namespace {
 
+// Why a device of --devices cannot run here, in a few words ("no CUDA device (...)").
+std::string device_absence(Device dev) {
+  const kernels::Backend& b = kernels::backend(dev);
+  if (!b.built) return std::string("this repro-audit was built without ") + b.name;
+  const nlohmann::json d = b.describe(1);
+  const nlohmann::json* gpu = d.contains("gpu") ? &d["gpu"] : nullptr;
+  if (gpu && gpu->contains("device") && (*gpu)["device"].is_string()) {
+    std::string why = (*gpu)["device"].get<std::string>();  // "none (the runtime's reason)"
+    if (why.rfind("none (", 0) == 0 && why.back() == ')') why = why.substr(6, why.size() - 7);
+    return "no CUDA device (" + why + ")";
+  }
+  return std::string("no ") + b.name + " device";
+}
+
 // A local cell's identity as its completion records it (run_local and local_cell_order).
 Completion local_cell(const PlanOptions& plan, size_t pi, const DecodingCell& dc, const ContextCell& cx, int rep,
                       size_t pr, size_t mi) {
@@ -197,6 +212,7 @@ Completion local_cell(const PlanOptions& plan, size_t pi, const DecodingCell& dc
   c.mate_contents = cx.other_contents ? "other" : "";
   c.tp = cx.tp;
   c.allreduce = cx.allreduce;
+  c.device = cx.device;
   c.seed = dc.seed;
   c.repeat = rep;
   return c;
@@ -265,29 +281,56 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     report.prompts[p.id] = texts.back();
   }
 
-  // One engine per (precision, mode, TP size, all-reduce order), reused across cells (each batch
-  // leaves it empty); the TP ones are made when their first cell runs.
+  // The devices the cells run on: the engine's --device, or (run --devices) each device of the
+  // axis this machine has. A device it lacks (no CUDA device) is skipped with a note, and the report
+  // says it was not checked (Summary::device_findings); its cells never run.
+  std::vector<std::pair<std::string, Device>> devices;
+  if (plan.devices.empty()) devices.push_back({"", ctl.device});
+  if (report.plan.is_object()) report.plan.erase("devices_skipped");  // a resumed run says what it skips now
+  for (const auto& d : plan.devices) {
+    const Device dev = parse_device(d, "--devices");
+    if (kernels::backend(dev).present()) {
+      devices.push_back({d, dev});
+      continue;
+    }
+    const std::string why = device_absence(dev);
+    std::fprintf(stderr, "note: --devices %s: %s; the %s leg is skipped (the other devices run)\n", d.c_str(),
+                 why.c_str(), d.c_str());
+    if (report.plan.is_object()) report.plan["devices_skipped"][d] = why;
+  }
+  auto device_index = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (devices[i].first == name) return static_cast<int>(i);
+    return -1;
+  };
+
+  // One engine per (device, precision, mode), and per TP size and all-reduce order, reused across
+  // cells (each batch leaves it empty); the TP ones are made when their first cell runs. All the
+  // others are made here, so a weight type a device's table does not read fails before any cell.
   std::vector<Precision> precisions;
   for (const auto& p : plan.precisions) precisions.push_back(parse_precision(p, "--precisions"));
-  std::vector<std::vector<std::unique_ptr<Engine>>> engines(precisions.size());
-  for (size_t pr = 0; pr < precisions.size(); ++pr)
-    for (const auto& m : plan.modes)
-      engines[pr].push_back(
-          std::make_unique<Engine>(model, EngineOptions{parse_mode(m), plan.threads, ctl.device, precisions[pr]}));
-  std::map<std::tuple<size_t, size_t, int, std::string>, std::unique_ptr<Engine>> tp_engines;
+  std::vector<std::vector<std::unique_ptr<Engine>>> engines(devices.size() * precisions.size());
+  for (size_t di = 0; di < devices.size(); ++di)
+    for (size_t pr = 0; pr < precisions.size(); ++pr)
+      for (const auto& m : plan.modes)
+        engines[di * precisions.size() + pr].push_back(std::make_unique<Engine>(
+            model, EngineOptions{parse_mode(m), plan.threads, devices[di].second, precisions[pr]}));
+  std::map<std::tuple<int, size_t, size_t, int, std::string>, std::unique_ptr<Engine>> tp_engines;
   auto engine_for = [&](size_t pr, size_t mi, const ContextCell& cx) -> Engine& {
-    if (cx.tp == 1) return *engines[pr][mi];
-    auto& e = tp_engines[{pr, mi, cx.tp, cx.allreduce}];
+    const int di = device_index(cx.device);
+    if (cx.tp == 1) return *engines[static_cast<size_t>(di) * precisions.size() + pr][mi];
+    auto& e = tp_engines[{di, pr, mi, cx.tp, cx.allreduce}];
     if (!e)
-      e = std::make_unique<Engine>(model, EngineOptions{parse_mode(plan.modes[mi]), plan.threads, ctl.device,
-                                                        precisions[pr], cx.tp,
+      e = std::make_unique<Engine>(model, EngineOptions{parse_mode(plan.modes[mi]), plan.threads,
+                                                        devices[static_cast<size_t>(di)].second, precisions[pr], cx.tp,
                                                         parse_allreduce(cx.allreduce.empty() ? "ring" : cx.allreduce,
                                                                         "--allreduce")});
     return *e;
   };
 
   const auto decodings = decoding_cells(plan);
-  const auto contexts = context_cells(plan);
+  auto contexts = context_cells(plan);
+  std::erase_if(contexts, [&](const ContextCell& cx) { return device_index(cx.device) < 0; });  // skipped devices
   // Numeric positions a smaller batch of the sweep cannot hold: said on stderr and in the plan block.
   if (auto skipped = skipped_positions(plan); !skipped.empty()) {
     nlohmann::json rec = nlohmann::json::array();
@@ -358,8 +401,9 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             Completion c = local_cell(plan, pi, dc, cx, rep, pr, mi);
             if (!mine.count(case_id(c))) continue;  // another shard's case
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
-            const std::string current = fmt::format("{} {} batch {}{}", c.mode, c.precision, cx.batch_size,
-                                                    cx.tp == 1 ? "" : " tp " + std::to_string(cx.tp));
+            const std::string current = fmt::format("{} {} batch {}{}{}", c.mode, c.precision, cx.batch_size,
+                                                    cx.tp == 1 ? "" : " tp " + std::to_string(cx.tp),
+                                                    cx.device.empty() ? "" : " " + cx.device);
             if (done.count(cell_key(c))) {
               progress.tick(work, false, current, diverged.count());
               continue;
@@ -413,7 +457,9 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.completion_tokens = static_cast<int>(g.tokens.size());
             diverged.add(c);
             report.completions.push_back(std::move(c));
-            add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, gen_tokens, gen_seconds);
+            // A mode's throughput is its first device's (the trade-off table compares modes on one device).
+            if (device_index(cx.device) == 0)
+              add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, gen_tokens, gen_seconds);
             progress.tick(work, true, current, diverged.count(), gen_seconds);
             cp.maybe(report);
           }

@@ -79,6 +79,7 @@ std::string plan_digest(const json& plan_block, const std::string& prompts_sha25
   json p = plan_block.is_object() ? plan_block : json::object();
   p.erase("shard");
   p.erase("positions_skipped");
+  p.erase("devices_skipped");
   return sha256_hex(compact(json{{"plan", p}, {"prompts_sha256", prompts_sha256}}));
 }
 
@@ -184,7 +185,7 @@ std::string differing_field(const json& a, const json& b, const std::string& pre
   for (const auto& [k, v] : a.items()) keys.insert(k);
   for (const auto& [k, v] : b.items()) keys.insert(k);
   for (const auto& k : keys) {
-    if (prefix.empty() && (k == "shard" || k == "positions_skipped")) continue;
+    if (prefix.empty() && (k == "shard" || k == "positions_skipped" || k == "devices_skipped")) continue;
     const json va = a.contains(k) ? a[k] : json(), vb = b.contains(k) ? b[k] : json();
     if (va == vb) continue;
     if (va.is_object() && vb.is_object()) return differing_field(va, vb, prefix + k + ".");

@@ -100,6 +100,19 @@ TextTable tp_table(const AuditReport& r) {
   return t;
 }
 
+TextTable device_table(const AuditReport& r) {
+  TextTable t;
+  t.head = {"mode", "device", "against", "compared", "bits differ", "tokens differ", "first difference",
+            "max |dlogprob|"};
+  auto rate = [](const Rate& x) { return x.n == 0 ? std::string("-") : fmt::format("{}/{}", x.k, x.n); };
+  for (const auto& ms : r.summary.modes)
+    for (const auto& d : ms.devices)
+      t.rows.push_back({mode_label(ms.mode, ms.precision), d.device, d.against, std::to_string(d.bit_differ.n),
+                        rate(d.bit_differ), rate(d.token_differ), d.first_diff.empty() ? "-" : d.first_diff,
+                        d.max_dlogprob ? fmt::format("{:.3g}", *d.max_dlogprob) : "-"});
+  return t;
+}
+
 std::vector<std::string> evidence_findings(const AuditReport& r) {
   std::vector<std::string> out;
   for (const auto& e : r.evidence) {
@@ -113,6 +126,9 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
   for (const auto& f : r.summary.tp_findings) out.push_back(f);
   for (const auto& ms : r.summary.modes)
     if (!ms.tp_finding.empty()) out.push_back(ms.tp_finding);
+  for (const auto& f : r.summary.device_findings) out.push_back(f);
+  for (const auto& ms : r.summary.modes)
+    if (!ms.device_finding.empty()) out.push_back(ms.device_finding);
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
       if (!m.agrees && m.completions > 0)

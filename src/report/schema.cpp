@@ -72,6 +72,7 @@ void describe(V& v, T& x) {
   v.only_if(!x.mate_contents.empty(), "mate_contents", x.mate_contents);
   v.only_if(x.tp != 1, "tp", x.tp);
   v.only_if(!x.allreduce.empty(), "allreduce", x.allreduce);
+  v.only_if(!x.device.empty(), "device", x.device);  // run --devices only
   v("seed", x.seed);
   v("repeat", x.repeat);
   v("cache_state", x.cache_state);
@@ -437,6 +438,16 @@ void describe(V& v, T& x) {
   v("max_dlogprob", x.max_dlogprob);
 }
 
+template <class V, Is<DeviceRow> T>
+void describe(V& v, T& x) {
+  v("device", x.device);
+  v("against", x.against);
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("first_diff", x.first_diff);
+  v("max_dlogprob", x.max_dlogprob);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -464,6 +475,8 @@ void describe(V& v, T& x) {
   v.only_if(x.isolation.n > 0, "isolation_finding", x.isolation_finding);
   v.only_if(!x.tp.empty(), "tp", x.tp);                                           // run --tp only
   v.only_if(!x.tp.empty(), "tp_finding", x.tp_finding);
+  v.only_if(!x.devices.empty(), "devices", x.devices);                            // run --devices only
+  v.only_if(!x.devices.empty(), "device_finding", x.device_finding);
 }
 
 template <class V, Is<PromptVariant> T>
@@ -528,6 +541,7 @@ void describe(V& v, T& x) {
   v("interrupted", x.interrupted);
   v("modes", x.modes);
   v.only_if(!x.tp_findings.empty(), "tp_findings", x.tp_findings);  // run --tp only
+  v.only_if(!x.device_findings.empty(), "device_findings", x.device_findings);  // run --devices, a device skipped
 }
 
 template <class V, Is<ShardHost> T>

@@ -29,6 +29,7 @@ enum class FactorId {
   Host,               // "host": the machine of a replicated shard (report merge of --replicate-shards)
   Tp,                 // "tp": simulated tensor-parallel size (local)
   AllReduce,          // "allreduce": its all-reduce order ("" at TP 1 and 2)
+  Device,             // "device": the device of run --devices ("" without the axis)
 };
 
 struct Factor {
@@ -49,7 +50,7 @@ inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorI
                                                  FactorId::MatePromptDelta, FactorId::MateContents,
                                                  FactorId::Seed,
                                                  FactorId::Tp,           FactorId::AllReduce,
-                                                 FactorId::Host};
+                                                 FactorId::Device,       FactorId::Host};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
                                                   FactorId::SystemFingerprint, FactorId::Host};
 // The drift-size tables, for both (an endpoint's concurrency is its batch_size there).
@@ -58,7 +59,7 @@ inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       Fact
                                                  FactorId::MateContents,
                                                  FactorId::Seed,            FactorId::CacheState, FactorId::Repeat,
                                                  FactorId::Tp,              FactorId::AllReduce,
-                                                 FactorId::Host};
+                                                 FactorId::Device,          FactorId::Host};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).
 enum class FactorUse { Clusters, DriftSize };

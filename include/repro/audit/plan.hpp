@@ -41,6 +41,10 @@ struct PlanOptions {
   // and record no all-reduce; from TP 4 on each order runs.
   std::vector<int> tp_sizes = {1};
   std::vector<std::string> allreduces = {"ring"};
+  // The cross-device tier (run --devices cpu,cuda): every batch context runs on each device, and
+  // each completion off the first device is compared with its twin on it. Empty: the engine's
+  // --device only, no axis.
+  std::vector<std::string> devices;
   std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
   int filler_sets = 2;
   uint64_t filler_seed = 1;
@@ -157,10 +161,11 @@ struct ContextCell {
   bool other_contents = false;  // the batch mates' tokens replaced, shapes kept (--isolation)
   int tp = 1;                   // simulated tensor-parallel size
   std::string allreduce;        // its all-reduce order ("" at TP 1 and 2, where the orders agree)
+  std::string device;           // run --devices: "cpu" / "cuda"; "" without the axis (the engine's --device)
 };
 // Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
 // prompt deltas (batch size 1: one, without batch mates) x TP sizes x all-reduce orders (one at TP
-// 1 and 2). A numeric position a batch size cannot
+// 1 and 2) x devices (run --devices). A numeric position a batch size cannot
 // hold (position >= batch size) is skipped for that batch size (see skipped_positions).
 std::vector<ContextCell> context_cells(const PlanOptions& o);
 

@@ -40,6 +40,7 @@ struct Completion {
   std::string mate_contents;
   int tp = 1;                     // local: simulated tensor-parallel size (docs/ENGINE.md)
   std::string allreduce;          // local: its all-reduce order, "ring" / "tree"; "" at TP 1 and 2
+  std::string device;             // local, run --devices: the device it ran on ("cpu" / "cuda"); "" without the axis
   uint64_t seed = 0;
   int repeat = 0;
   std::string cache_state;        // remote: "cold" / "warm"; empty otherwise
@@ -425,6 +426,21 @@ struct TpRow {
   std::optional<double> max_dlogprob;  // largest |delta logprob| of chosen tokens over the common prefix
 };
 
+// The cross-device tier (run --devices cpu,cuda; src/audit/device_axis.cpp): one row per device
+// other than the plan's first (the verifier, normally the CPU) for a mode and precision. Each
+// completion on that device is compared with its twin on the first device: the same prompt,
+// decoding, batch context, TP size, seed and repeat.
+struct DeviceRow {
+  std::string device;               // "cuda"
+  std::string against;              // the first device of --devices: "cpu"
+  Rate bit_differ;                  // completions whose bits differ from the twin (tokens, logprob bits, logits hash)
+  Rate token_differ;                // completions whose tokens differ
+  // The first completion that differs (in the plan's order): where, and its first differing step
+  // (the first token whose id or logprob bits differ; the logits hash alone: -1).
+  std::string first_diff;           // "prompt p-..., greedy, batch 8 at position 7: step 3"; "" when none
+  std::optional<double> max_dlogprob;  // largest |delta logprob| of chosen tokens over the common prefix
+};
+
 struct ModeSummary {
   std::string mode;
   std::string precision;          // local: one row per (mode, precision); remote: empty
@@ -460,6 +476,10 @@ struct ModeSummary {
   // the share of completions and tokens that change, the drift size)
   std::vector<TpRow> tp;
   std::string tp_finding;
+  // run --devices: each device against the first, and the one-line finding ("cross-device (cuda
+  // against cpu): identical in 96 of 96 completions")
+  std::vector<DeviceRow> devices;
+  std::string device_finding;
 };
 
 // How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
@@ -489,6 +509,9 @@ struct Summary {
   // run --tp: per precision and TP size, what changing TP from 1 does in each mode, one line:
   // "changing TP 1 -> 4 changes 37% of greedy completions at bf16 (default); 0 with tp-invariant"
   std::vector<std::string> tp_findings;
+  // run --devices: a device of the axis that did not run (no CUDA device here), one line each:
+  // "cross-device: cuda not checked: no CUDA device (...)"
+  std::vector<std::string> device_findings;
 };
 
 // `run --baseline FILE`: the golden report this run was compared with, and what changed.
