@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -296,4 +297,54 @@ TEST_CASE("speculative: default mode, measured: greedy output with speculation a
                          << bits << "/16 in bits from the run without speculation");
     }
   }
+}
+
+TEST_CASE("speculative: generate --speculative: one-line errors naming the flag (exit 2), and the same tokens as "
+          "without it") {
+  REQUIRE_STORIES(ms);
+  const std::string model = "--model '" + ms->target->path + "' ";
+  auto err = [](const test::CmdResult& r, const std::string& line) {
+    CHECK(r.code == 2);
+    CHECK(r.output == "error: " + line + "\n");
+  };
+  err(test::run_cli("generate " + model + "--speculative ngram:0"),
+      "--speculative 'ngram:0': the draft width 0 is out of range; use off, ngram:K or draft:FILE:K with K from 1 to 32");
+  err(test::run_cli("generate " + model + "--speculative ngram:33"),
+      "--speculative 'ngram:33': the draft width 33 is out of range; use off, ngram:K or draft:FILE:K with K from 1 to 32");
+  err(test::run_cli("generate " + model + "--speculative ngram:3 --device cuda"),
+      "--speculative is not implemented on --device cuda; use --device cpu or --speculative off");
+  err(test::run_cli("generate " + model + "--speculative ngram:3 --beam-width 2"),
+      "--speculative drafts for sampled and greedy decoding, not for beam search; drop --beam-width or use "
+      "--speculative off");
+  auto dir = test::scratch_dir("speculative-cli");
+  const std::string other = (dir / "v600.gguf").string();
+  SynthOptions so;
+  so.vocab_size = 600;
+  write_synth_model(so, other);
+  err(test::run_cli("generate " + model + "--speculative 'draft:" + other + ":4'"),
+      "--speculative draft:" + other + ": the draft model " + other + " and the model " + ms->target->path +
+          " have other vocabularies (600 vs 512 tokens); use a draft model with the target's tokenizer");
+  // serve refuses the same settings before it listens
+  err(test::run_cli("serve " + model + "--port 0 --speculative ngram:40"),
+      "--speculative 'ngram:40': the draft width 40 is out of range; use off, ngram:K or draft:FILE:K with K from 1 to 32");
+  // the same greedy tokens and final-logits hash with and without speculation
+  const std::string gen = "generate " + model + "--prompt 'The cat sat on the mat. The cat sat on the mat. The cat' "
+                          "--max-tokens 60 --json --speculative ";
+  const auto off = test::run_cli(gen + "off"), ngram = test::run_cli(gen + "ngram:4"),
+             draft = test::run_cli(gen + "'draft:" + ms->target->path + ":3'");
+  REQUIRE(off.code == 0);
+  REQUIRE(ngram.code == 0);
+  REQUIRE(draft.code == 0);
+  const auto a = nlohmann::json::parse(off.output), b = nlohmann::json::parse(ngram.output),
+             c = nlohmann::json::parse(draft.output);
+  for (const char* key : {"tokens", "logprobs", "logits_sha256", "text"}) {
+    CAPTURE(key);
+    CHECK(!a[key].empty());
+    CHECK(b[key] == a[key]);
+    CHECK(c[key] == a[key]);
+  }
+  CHECK(a["spec_drafted"] == 0);
+  CHECK(b["spec_drafted"].get<int>() > 0);
+  CHECK(c["spec_accepted"] == c["spec_drafted"]);  // its own draft
+  CHECK(c["speculative"] == "draft:" + ms->target->path + ":3");
 }
