@@ -160,7 +160,7 @@ TEST_CASE("speculative: a draft model with another vocabulary, or on --device cu
     write_synth_model(so, path);
     o.speculative.draft = std::shared_ptr<const Model>(load_model(path));
     o.speculative.draft_file = path;
-    const std::string head = "--speculative draft:" + path + ": the draft model " + path + " and the model " +
+    const std::string head = "--speculative: the draft model " + path + " and the model " +
                              ms->target->path + " have other vocabularies (";
     const std::string why = vocab == 600 ? "600 vs 512 tokens" : "token ";
     CHECK_THROWS_WITH_AS(Engine(*ms->target, o), doctest::Contains((head + why).c_str()), UsageError);
@@ -322,7 +322,7 @@ TEST_CASE("speculative: generate --speculative: one-line errors naming the flag 
   so.vocab_size = 600;
   write_synth_model(so, other);
   err(test::run_cli("generate " + model + "--speculative 'draft:" + other + ":4'"),
-      "--speculative draft:" + other + ": the draft model " + other + " and the model " + ms->target->path +
+      "--speculative: the draft model " + other + " and the model " + ms->target->path +
           " have other vocabularies (600 vs 512 tokens); use a draft model with the target's tokenizer");
   // serve refuses the same settings before it listens
   err(test::run_cli("serve " + model + "--port 0 --speculative ngram:40"),

@@ -56,7 +56,7 @@ std::string speculative_name(const Speculative& s) {
 }
 
 void check_draft_vocabulary(const Model& target, const Model& draft, const std::string& draft_file, const char* flag) {
-  const std::string head = std::string(flag) + " draft:" + draft_file + ": the draft model " + draft_file +
+  const std::string head = std::string(flag) + ": the draft model " + draft_file +
                            " and the model " + (target.path.empty() ? "(the target)" : target.path) + " ";
   const std::string fix = "; use a draft model with the target's tokenizer";
   const int nd = draft.config.vocab_size, nt = target.config.vocab_size;
