@@ -348,3 +348,31 @@ TEST_CASE("speculative: generate --speculative: one-line errors naming the flag 
   CHECK(c["spec_accepted"] == c["spec_drafted"]);  // its own draft
   CHECK(c["speculative"] == "draft:" + ms->target->path + ":3");
 }
+
+TEST_CASE("speculative: bench --speculative measures decode with and without it side by side and validates the bits") {
+  REQUIRE_STORIES(ms);
+  auto dir = test::scratch_dir("speculative-bench");
+  const std::string json = (dir / "b.json").string();
+  const auto r = test::run_cli("bench --model '" + ms->target->path +
+                               "' --speculative ngram:3 --batch-sizes 1,3 --max-tokens 16 --repeats 2 --warmup 0 "
+                               "--prompt 'The cat sat on the mat. The cat sat on the mat. The cat' --json '" + json + "'");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(test::slurp(json));
+  REQUIRE(j["rows"].size() == 4);  // default and batch-invariant, batch sizes 1 and 3
+  for (const auto& row : j["rows"]) {
+    CAPTURE(row.dump());
+    CHECK(row["speculative"] == "ngram:3");
+    CHECK(row["off"]["runs"].size() == 2);
+    CHECK(row["on"]["runs"].size() == 2);
+    CHECK(row["accepted"].get<int>() <= row["drafted"].get<int>());
+    CHECK(row["drafted"].get<int>() > 0);
+    if (row["mode"] == "batch-invariant") CHECK(row["same_bits"] == true);
+  }
+  const auto cuda = test::run_cli("bench --speculative ngram:3 --device cuda");
+  CHECK(cuda.code == 2);
+  CHECK(cuda.output == "error: --speculative is not implemented on --device cuda; use --device cpu\n");
+  const auto off = test::run_cli("bench --speculative off");
+  CHECK(off.code == 2);
+  CHECK(off.output == "error: --speculative: give at least one of ngram:K or draft:FILE:K\n");
+}
