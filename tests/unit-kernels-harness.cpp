@@ -350,6 +350,96 @@ TEST_CASE("op tables: KV store and attention over KV slots (GQA, contexts across
   }
 }
 
+TEST_CASE("op tables: a prefill/verify row equals the decode row (speculative decoding's premise)") {
+  // A sequence decoded one row per step (each step stores its position's K/V, then attends) against
+  // the same positions as k+1 rows of one step (a prefill chunk, or a verify step of k drafted
+  // tokens) beside another sequence's decode row, written over positions that held K/V of rejected
+  // drafts (the rollback: the next step overwrites them before any row attends to them). The
+  // invariant tables must give every row the decode row's bits; the default table's split-KV choice
+  // depends on the number of rows, so it is measured and printed. The matmuls and norms of a verify
+  // row are rows of a batch like any other (the batch-size checks above).
+  const int n_heads = 4, n_kv = 2, hd = 16, kv_dim = n_kv * hd, width = n_heads * hd, n = 300;
+  const auto K = nonzero(static_cast<size_t>(n) * kv_dim, 61), V = nonzero(static_cast<size_t>(n) * kv_dim, 62);
+  const auto Q = nonzero(static_cast<size_t>(n) * width, 63);
+  const auto junk = nonzero(static_cast<size_t>(n) * kv_dim, 64);  // K/V of drafts that were rejected
+  auto rows_of = [](const std::vector<float>& pool, int from, int count, int w) {
+    return std::vector<float>(pool.begin() + static_cast<size_t>(from) * w, pool.begin() + static_cast<size_t>(from + count) * w);
+  };
+  struct Chunk {
+    int from, rows;
+  };
+  const Chunk kChunks[] = {{0, 5}, {1, 2}, {7, 9}, {100, 4}, {250, 8}, {253, 33}, {120, 1}};
+  for (Table& t : tables()) {
+    CAPTURE(t.spec.name);
+    CAPTURE(t.threads);
+    Ops& ops = *t.ops;
+    ops.kv_configure(1, kv_dim);
+    // decode: one row per step
+    const int dec = ops.kv_acquire(n);
+    std::vector<float> decoded(static_cast<size_t>(n) * width);
+    for (int p = 0; p < n; ++p) {
+      const KvRow row{dec, p};
+      Buffer kb = to_device(ops, rows_of(K, p, 1, kv_dim)), vb = to_device(ops, rows_of(V, p, 1, kv_dim));
+      Buffer qb = to_device(ops, rows_of(Q, p, 1, width)), ob = ops.alloc(width);
+      ops.kv_store(kb, vb, &row, 1, 0);
+      ops.attention(qb, &row, 1, 0, {n_heads, n_kv, hd}, ob);
+      const auto y = to_host(ops, ob, width);
+      std::copy(y.begin(), y.end(), decoded.begin() + static_cast<size_t>(p) * width);
+    }
+    int differ = 0, total = 0;
+    for (const Chunk c : kChunks) {
+      CAPTURE(c.from);
+      CAPTURE(c.rows);
+      const int sa = ops.kv_acquire(n), other = ops.kv_acquire(n);
+      // positions before the chunk, as earlier steps wrote them; junk where rejected drafts were
+      for (int p = 0; p < c.from + c.rows; ++p) {
+        const KvRow row{sa, p};
+        Buffer kb = to_device(ops, rows_of(p < c.from ? K : junk, p, 1, kv_dim));
+        Buffer vb = to_device(ops, rows_of(p < c.from ? V : junk, p, 1, kv_dim));
+        ops.kv_store(kb, vb, &row, 1, 0);
+      }
+      // the other sequence: its own context of 40 positions, its decode row at position 40
+      for (int p = 0; p <= 40; ++p) {
+        const KvRow row{other, p};
+        Buffer kb = to_device(ops, rows_of(junk, p, 1, kv_dim)), vb = to_device(ops, rows_of(junk, p, 1, kv_dim));
+        ops.kv_store(kb, vb, &row, 1, 0);
+      }
+      // one step: the other sequence's decode row first, then the chunk's rows
+      const int R = 1 + c.rows;
+      std::vector<KvRow> rows(R);
+      rows[0] = {other, 40};
+      std::vector<float> k = rows_of(junk, 40, 1, kv_dim), v = k, q = rows_of(Q, 0, 1, width);
+      for (int i = 0; i < c.rows; ++i) rows[1 + i] = {sa, c.from + i};
+      const auto kc = rows_of(K, c.from, c.rows, kv_dim), vc = rows_of(V, c.from, c.rows, kv_dim);
+      const auto qc = rows_of(Q, c.from, c.rows, width);
+      k.insert(k.end(), kc.begin(), kc.end());
+      v.insert(v.end(), vc.begin(), vc.end());
+      q.insert(q.end(), qc.begin(), qc.end());
+      Buffer kb = to_device(ops, k), vb = to_device(ops, v), qb = to_device(ops, q), ob = ops.alloc(q.size());
+      ops.begin_step(rows.data(), R);
+      ops.kv_store(kb, vb, rows.data(), R, 0);
+      ops.attention(qb, rows.data(), R, 0, {n_heads, n_kv, hd}, ob);
+      const auto y = to_host(ops, ob, q.size());
+      int bad = 0;
+      for (int i = 0; i < c.rows; ++i)
+        bad += !same(&y[static_cast<size_t>(1 + i) * width], &decoded[static_cast<size_t>(c.from + i) * width], width);
+      if (t.invariant()) {
+        CHECK_MESSAGE(bad == 0, "rows of a verify step differ from the decode rows: " << bad << "/" << c.rows);
+      } else {
+        CHECK(rel_err(&y[width], &decoded[static_cast<size_t>(c.from) * width], static_cast<size_t>(c.rows) * width) < 1e-5f);
+      }
+      differ += bad;
+      total += c.rows;
+      ops.kv_release(sa);
+      ops.kv_release(other);
+    }
+    if (!t.invariant())
+      MESSAGE(t.spec.name << " threads " << t.threads << " attention: verify rows differing bitwise from the decode row: "
+                          << differ << "/" << total);
+    ops.kv_release(dec);
+  }
+}
+
 TEST_CASE("op tables: begin_step changes no bits of rope, kv_store and attention, and goes stale with the slots") {
   const int layers = 3, n_heads = 4, n_kv = 2, hd = 16, kv_dim = n_kv * hd, width = n_heads * hd, R = 5;
   const RopeDims rd{hd, hd, 10000.0f};

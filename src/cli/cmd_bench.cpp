@@ -25,11 +25,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "repro/bench/local.hpp"
+#include "repro/bench/speculative.hpp"
 #include "repro/cli/bench.hpp"
 #include "repro/cli/commands.hpp"
 #include "repro/cli/flags.hpp"
@@ -80,6 +82,7 @@ struct BenchOptions : EndpointBenchOptions {
   int triad_mib = 256;     // per triad array
   int sgemm_size = 1024;   // n of the n x n x n sgemm
   int ceiling_repeats = 5;
+  std::string speculative;  // --speculative LIST: decode with and without each, side by side
   CLI::App* app = nullptr;
   bool given(const char* flag) const { return app->count(flag) > 0; }
 };
@@ -244,6 +247,64 @@ int run_bench_remote(const BenchOptions& o) {
   return run_bench_endpoints(o);
 }
 
+// bench --speculative LIST: one model, one thread count (the first of bench's default list); per mode (default first, then --modes or
+// batch-invariant) and batch size, decode tokens/s without and with each setting of the list.
+int run_bench_speculative(const BenchOptions& o, const std::vector<int>& batches, const std::vector<int>& threads,
+                          Device device, std::vector<Mode> modes, Precision precision) {
+  if (o.engine.models.size() > 1) throw UsageError("--speculative measures one model: give --model once");
+  if (threads.size() > 1 && o.given("--threads"))
+    throw UsageError("--speculative measures one thread count: give --threads N");
+  if (o.engine.tp != 1) throw UsageError("--speculative measures without tensor parallelism: drop --tp");
+  if (device != Device::Cpu)
+    throw UsageError("--speculative is not implemented on --device " + std::string(device_name(device)) +
+                     "; use --device cpu");
+  bench::SpecBenchConfig cfg;
+  static_cast<bench::Runs&>(cfg) = o;
+  cfg.threads = threads.front();
+  cfg.device = device;
+  cfg.precision = precision;
+  cfg.batch_sizes = batches;
+  if (modes.empty()) modes.push_back(Mode::BatchInvariant);
+  cfg.modes.push_back(Mode::Default);
+  for (Mode m : modes)
+    if (m != Mode::Default) cfg.modes.push_back(m);
+  const std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
+  auto model = o.engine.load(path);
+  for (const std::string& part : split(o.speculative, ',')) {
+    EngineOptions eo;
+    eo.speculative = parse_speculative(trim(part), "--speculative");
+    if (!eo.speculative.on()) continue;  // off is the column every setting is measured against
+    EngineFlags draft_flags = o.engine;
+    draft_flags.load_draft(eo);
+    cfg.specs.push_back(eo.speculative);
+  }
+  if (cfg.specs.empty()) throw UsageError("--speculative: give at least one of ngram:K or draft:FILE:K");
+  fmt::print("speculative decoding, {} threads {} precision {}: decode tokens/s without and with it (mean ±stddev "
+             "[min-max]); acceptance = accepted / drafted\n",
+             std::filesystem::path(path).filename().string(), cfg.threads, precision_name(precision));
+  fmt::print("{:<16} {:<24} {:>5}  {:<28} {:<28} {:>6}  {:>10}  {:>10}  {}\n", "mode", "speculative", "batch", "off",
+             "on", "ratio", "acceptance", "tok/verify", "bits");
+  bool noisy = false;
+  const nlohmann::json rows = bench::run_speculative_bench(*model, cfg, [&](const bench::SpecBenchRow& r) {
+    noisy = noisy || r.off.cv > cfg.noise_cv || r.on.cv > cfg.noise_cv;
+    const double acc = r.drafted > 0 ? static_cast<double>(r.accepted) / static_cast<double>(r.drafted) : 0;
+    const double per = r.verify_steps > 0 ? static_cast<double>(r.accepted + r.verify_steps) / static_cast<double>(r.verify_steps) : 0;
+    fmt::print("{:<16} {:<24} {:>5}  {:<28} {:<28} {:>5.2f}x  {:>10.2f}  {:>10.2f}  {}\n", r.mode, r.speculative,
+               r.batch_size, bench::stats_cell(r.off, cfg.noise_cv), bench::stats_cell(r.on, cfg.noise_cv), r.ratio, acc,
+               per, r.same_bits ? "same" : "differ");
+    std::fflush(stdout);
+  });
+  nlohmann::json out = {{"kind", "speculative"},
+                        {"model", path},
+                        {"threads", cfg.threads},
+                        {"precision", precision_name(precision)},
+                        {"max_tokens", cfg.max_tokens},
+                        {"prompt", cfg.prompt},
+                        {"rows", rows}};
+  o.finish(noisy, bench::load_average(), out);
+  return kExitOk;
+}
+
 int run_bench(const BenchOptions& o) {
   if (!o.remote.endpoints.empty()) return run_bench_remote(o);
   for (const char* f : {"--concurrency", "--requests", "--api-model", "--api", "--provider", "--api-key-env",
@@ -265,6 +326,8 @@ int run_bench(const BenchOptions& o) {
   if (o.triad_mib < 1 || o.triad_mib > 16384)
     throw UsageError("--triad-mib must be in 1..16384 (MiB per array; well above the last-level cache, e.g. 256)");
   if (o.sgemm_size < 16 || o.sgemm_size > 8192) throw UsageError("--sgemm-size must be in 16..8192, e.g. 1024");
+
+  if (!o.speculative.empty()) return run_bench_speculative(o, batches, threads, device, modes, precision);
 
   std::vector<std::string> models = o.engine.models;
   if (models.empty()) {
@@ -347,6 +410,10 @@ void setup_bench(CLI::App& parent, Runner& runner) {
       ->capture_default_str();
   sub->add_option("--noise-cv", o->noise_cv, "Flag a cell whose stddev / mean exceeds this")->capture_default_str();
   sub->add_option("--prompt", o->prompt, "Probe prompt")->capture_default_str();
+  sub->add_option("--speculative", o->speculative,
+                  "Comma-separated speculative settings (ngram:K, draft:FILE:K): decode tokens/s without and with "
+                  "each, side by side, per mode and batch size, with the acceptance rate; one model and thread count")
+      ->type_name("LIST");
   sub->add_option("--json", o->json, "Also write the tables as JSON to this file ('-' = stdout)");
   sub->add_flag("--no-ceilings", o->no_ceilings,
                 "Skip measuring this machine's memory bandwidth and sgemm peak and the cells' share of them");

@@ -69,9 +69,10 @@ void check_ranges(const GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& o) {
   check_ranges(o);
-  const EngineOptions eo = o.engine.engine_options();
+  EngineOptions eo = o.engine.engine_options();
   std::string path = o.engine.model().empty() ? default_model_path() : o.engine.model();
   auto model = o.engine.load(path);
+  o.engine.load_draft(eo);
   GenRequest req;
   req.prompt = o.engine.parse_special ? model->tokenizer->encode_special(o.prompt, true)
                                       : model->tokenizer->encode(o.prompt, true);
@@ -90,6 +91,9 @@ int run_generate(const GenerateOptions& o) {
   }
 
   BatchRun run;
+  if (o.beam_width > 0 && eo.speculative.on())
+    throw UsageError("--speculative drafts for sampled and greedy decoding, not for beam search; drop --beam-width or "
+                     "use --speculative off");
   if (o.beam_width > 0 && o.batch_size != 1)
     throw UsageError("--beam-width decodes its beams as the batch; drop --batch-size");
   Engine engine(*model, eo);
@@ -107,6 +111,10 @@ int run_generate(const GenerateOptions& o) {
                         {"precision", precision_name(eo.precision)},
                         {"tp", eo.tp},
                         {"allreduce", allreduce_name(eo.allreduce)},
+                        {"speculative", speculative_name(eo.speculative)},
+                        {"spec_drafted", r.spec.drafted},
+                        {"spec_accepted", r.spec.accepted},
+                        {"spec_verify_steps", r.spec.verify_steps},
                         {"op_table", engine.describe().name},
                         {"prompt", o.prompt},
                         {"prompt_ids", req.prompt},
@@ -136,6 +144,7 @@ void setup_generate(CLI::App& parent, Runner& runner) {
   spec.stop_token = true;
   spec.parse_special = true;
   spec.tp = true;
+  spec.speculative = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--prompt", o->prompt, "Prompt text")->capture_default_str();
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (1 to 1048576)")->capture_default_str();

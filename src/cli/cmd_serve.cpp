@@ -49,7 +49,7 @@ bool is_loopback(const std::string& host) {
 }
 
 int run_serve(const ServeOptions& o) {
-  const EngineOptions eopts = o.engine.engine_options();
+  EngineOptions eopts = o.engine.engine_options();
 
   ServerOptions sopts;
   sopts.host = o.host;
@@ -81,6 +81,7 @@ int run_serve(const ServeOptions& o) {
     if (sopts.model_name.empty()) sopts.model_name = "stories260K";
   }
   std::unique_ptr<Model> model = o.engine.load(model_path);
+  o.engine.load_draft(eopts);
   if (model->chat_template.name == "unknown")
     throw UsageError("model '" + model_path + "': its chat template (" + model->chat_template.origin +
                      ") cannot be interpreted: " + model->chat_template.problem + "; pass --chat-template with one of " +
@@ -154,6 +155,7 @@ void setup_serve(CLI::App& parent, Runner& runner) {
   spec.stop_token = true;
   spec.parse_special = true;
   spec.tp = true;
+  spec.speculative = true;
   add_engine_flags(*sub, o->engine, spec);
   sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port to bind; 0 picks a free one and prints it")

@@ -37,6 +37,12 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, const EngineFlagSpec& spec)
                    "Order in which --tp adds the ranks' partials: ring | tree (tp-invariant mode: one fixed tree)")
         ->capture_default_str();
   }
+  if (spec.speculative)
+    sub.add_option("--speculative", f.speculative,
+                   "Speculative decoding: off | ngram:K (prompt lookup: the K tokens after the latest earlier "
+                   "occurrence of the last 4..2 tokens) | draft:FILE:K (a draft model with the same vocabulary); K "
+                   "from 1 to 32 tokens drafted per step, verified in one forward step (CPU only; docs/ENGINE.md)")
+        ->capture_default_str();
   if (spec.chat_template)
     sub.add_option("--chat-template", f.chat_template,
                    "Chat template for `messages` prompts on the local engine: " + chat_template_names() +
@@ -87,6 +93,15 @@ std::unique_ptr<Model> EngineFlags::load(const std::string& path) const {
   return m;
 }
 
+void EngineFlags::load_draft(EngineOptions& o) const {
+  if (o.speculative.kind != DraftKind::Model) return;
+  try {
+    o.speculative.draft = std::shared_ptr<const Model>(load_model(resolve_model_spec(o.speculative.draft_file)));
+  } catch (const UsageError& e) {
+    throw UsageError("--speculative " + speculative_name(o.speculative) + ": " + e.what());
+  }
+}
+
 Device EngineFlags::device_value() const { return parse_device(device, "--device"); }
 Precision EngineFlags::precision_value() const { return parse_precision(precision, "--precision"); }
 AllReduce EngineFlags::allreduce_value() const { return parse_allreduce(allreduce, "--allreduce"); }
@@ -120,6 +135,7 @@ EngineOptions EngineFlags::engine_options() const {
   o.precision = precision_value();
   o.tp = tp;
   o.allreduce = allreduce_value();
+  o.speculative = parse_speculative(speculative, "--speculative");
   return o;
 }
 

@@ -14,10 +14,27 @@ namespace repro {
 
 namespace {
 using rng::splitmix64;
-// Uniform in [0, 1) from (seed, step): 53 random bits.
-double uniform(uint64_t seed, int step) {
-  uint64_t h = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull));
+// Uniform in [0, 1) from (seed, step) on one stream: 53 random bits. Stream 0 is the sampler's own
+// draw (the value it always had); the speculative acceptance, residual and draft draws are streams
+// of their own, so each draw of a step is independent of the others.
+double uniform(uint64_t seed, int step, uint64_t stream = 0) {
+  uint64_t h = splitmix64(splitmix64(seed) ^ (static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull) ^
+                          (stream ? splitmix64(stream * 0x9E3779B97F4A7C15ull) : 0));
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// The streams of the speculative draws (stream 0 is sample_token's).
+constexpr uint64_t kStreamAccept = 1, kStreamResidual = 2, kStreamDraft = 3;
+
+// The id whose cumulative probability first passes u (the last one when rounding leaves u above
+// the total).
+int draw_from(const std::vector<TokenProb>& dist, double u) {
+  double cum = 0;
+  for (const TokenProb& c : dist) {
+    cum += c.prob;
+    if (u < cum) return c.id;
+  }
+  return dist.back().id;
 }
 }  // namespace
 
@@ -81,13 +98,7 @@ std::vector<TokenLogprob> top_logprobs(const float* logits, int n, int k) {
   return out;
 }
 
-int sample_token(const float* logits, int n, const DecodeParams& p, int step) {
-  if (p.temperature <= 0.0f) {  // greedy: first index of the maximum
-    int best = 0;
-    for (int i = 1; i < n; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return best;
-  }
+std::vector<TokenProb> sampling_distribution(const float* logits, int n, const DecodeParams& p) {
   // Candidates sorted by logit, descending; ties by index (a total order, so the result is unique).
   std::vector<int> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
@@ -114,12 +125,62 @@ int sample_token(const float* logits, int n, const DecodeParams& p, int step) {
     for (int i = 0; i < keep; ++i) s2 += prob[i];
     for (int i = 0; i < keep; ++i) prob[i] /= s2;
   }
-  double u = uniform(p.seed, step), cum = 0;
-  for (int i = 0; i < keep; ++i) {
-    cum += prob[i];
-    if (u < cum) return idx[i];
+  std::vector<TokenProb> out(static_cast<size_t>(keep));
+  for (int i = 0; i < keep; ++i) out[static_cast<size_t>(i)] = {idx[i], prob[i]};
+  return out;
+}
+
+int sample_token(const float* logits, int n, const DecodeParams& p, int step) {
+  if (p.temperature <= 0.0f) {  // greedy: first index of the maximum
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return best;
   }
-  return idx[keep - 1];
+  return draw_from(sampling_distribution(logits, n, p), uniform(p.seed, step));
+}
+
+int sample_draft_token(const std::vector<TokenProb>& q, const DecodeParams& p, int step) {
+  return draw_from(q, uniform(p.seed, step, kStreamDraft));
+}
+
+int speculative_token(const float* logits, int n, const DecodeParams& p, int step, int drafted,
+                      const std::vector<TokenProb>& q, bool* accepted) {
+  if (p.temperature <= 0.0f) {  // greedy: the target's own choice; the draft counts when it is the same
+    const int t = sample_token(logits, n, p, step);
+    *accepted = t == drafted;
+    return t;
+  }
+  // Rejection sampling (Leviathan et al. 2023, Chen et al. 2023): accept the drafted token x with
+  // probability min(1, p(x) / q(x)); otherwise draw from the residual max(0, p - q), normalised.
+  // q empty: a drafted token that came with no distribution (an n-gram lookup), i.e. q(x) = 1.
+  const std::vector<TokenProb> dist = sampling_distribution(logits, n, p);
+  std::vector<double> qd(static_cast<size_t>(n), 0.0);  // q over the vocabulary
+  if (q.empty()) {
+    qd[static_cast<size_t>(drafted)] = 1.0;
+  } else {
+    for (const TokenProb& c : q) qd[static_cast<size_t>(c.id)] = c.prob;
+  }
+  double px = 0;
+  for (const TokenProb& c : dist)
+    if (c.id == drafted) px = c.prob;
+  if (uniform(p.seed, step, kStreamAccept) * qd[static_cast<size_t>(drafted)] < px) {
+    *accepted = true;
+    return drafted;
+  }
+  *accepted = false;
+  std::vector<TokenProb> residual;
+  double sum = 0;
+  for (const TokenProb& c : dist) {
+    const double r = c.prob - qd[static_cast<size_t>(c.id)];
+    if (r > 0) {
+      residual.push_back({c.id, r});
+      sum += r;
+    }
+  }
+  if (residual.empty()) return draw_from(dist, uniform(p.seed, step, kStreamResidual));  // p == q (rounding)
+  for (TokenProb& c : residual) c.prob /= sum;
+  return draw_from(residual, uniform(p.seed, step, kStreamResidual));
 }
 
 }  // namespace repro

@@ -26,6 +26,7 @@ struct EngineFlags {
   bool parse_special = false;  // --parse-special: completion prompts match control-token text (encode_special)
   int tp = 1;                       // --tp: simulated tensor-parallel size (where the spec offers it)
   std::string allreduce = "ring";   // --allreduce ring|tree
+  std::string speculative = "off";  // --speculative off|ngram:K|draft:FILE:K (where the spec offers it)
 
   std::string model() const { return models.empty() ? std::string() : models.front(); }
   // device, mode, one thread count, precision, tp and all-reduce, parsed; UsageError names the flag.
@@ -40,6 +41,9 @@ struct EngineFlags {
   // --stop-token added to its end-of-generation set (Tokenizer::add_eog; UsageError naming the flag
   // for an id outside the vocabulary or a text no token has).
   std::unique_ptr<Model> load(const std::string& path) const;
+  // --speculative draft:FILE:K: loads FILE into o.speculative.draft (its errors name the flag); the
+  // engine checks its vocabulary against the target's. Nothing for off and ngram:K.
+  void load_draft(EngineOptions& o) const;
 };
 
 struct EngineFlagSpec {
@@ -51,6 +55,7 @@ struct EngineFlagSpec {
   bool stop_token = false;        // generate, run, serve: --stop-token adds to the end-of-generation set
   bool parse_special = false;     // generate, serve: --parse-special (run: the plan option of that name)
   bool tp = false;                // generate, serve, bench: --tp N and --allreduce (run: the plan options)
+  bool speculative = false;       // generate, serve: --speculative off|ngram:K|draft:FILE:K
   const char* model_help =
       "GGUF or llama2.c .bin model, or a synthesized model synth:100m | synth:100m-long | synth:long (default: the "
       "embedded stories260K)";

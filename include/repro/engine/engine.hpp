@@ -66,6 +66,14 @@ StepStats step_stats(const float* logits, int n);
 // log-sum-exp (one pass over the vocabulary instead of two).
 StepStats step_stats(const float* logits, int n, int chosen, float* chosen_logprob);
 
+// Speculative decoding of one sequence (EngineOptions::speculative): drafted tokens, the drafted
+// tokens the target accepted, and the decode steps that verified at least one drafted token.
+struct SpecStats {
+  int drafted = 0;
+  int accepted = 0;
+  int verify_steps = 0;
+};
+
 struct GenResult {
   std::vector<int> tokens;       // generated ids (without the prompt)
   std::vector<float> logprobs;   // log-softmax of each chosen token (before temperature)
@@ -76,7 +84,38 @@ struct GenResult {
   std::string logits_sha256;     // SHA-256 of the final step's logits bits (vocab float32, LE)
   double latency_s = 0;          // from join to finish
   int prompt_tokens = 0;
+  SpecStats spec;                // all 0 without speculative decoding
 };
+
+// Speculative decoding (docs/ENGINE.md "Speculative decoding"): each decoding sequence drafts up to
+// `width` tokens, and the step verifies them as rows of that sequence beside the other sequences'
+// rows; the draft tokens the target itself would have chosen are kept, the KV positions of the others
+// are written over by the next step.
+//   ngram:K        prompt lookup: the K tokens that followed the latest earlier occurrence of the
+//                  sequence's last kNgramMaxMatch..kNgramMinMatch tokens (the longest match wins)
+//   draft:FILE:K   a draft model with the target's vocabulary drafts K tokens, one batched step each
+enum class DraftKind { Off, Ngram, Model };
+inline constexpr int kMaxDraftWidth = 32;
+inline constexpr int kNgramMinMatch = 2, kNgramMaxMatch = 4;
+struct Speculative {
+  DraftKind kind = DraftKind::Off;
+  int width = 0;           // K: tokens drafted per step, 1..kMaxDraftWidth
+  std::string draft_file{};  // DraftKind::Model: FILE as given
+  std::shared_ptr<const Model> draft{};  // DraftKind::Model: the loaded draft model
+  bool on() const { return kind != DraftKind::Off; }
+};
+// "off", "ngram:K" or "draft:FILE:K" (FILE may hold colons: synth:100m); UsageError naming `flag`
+// for anything else, a width of 0 or over kMaxDraftWidth. The draft model is not loaded here.
+Speculative parse_speculative(const std::string& text, const char* flag = "--speculative");
+// The text form parse_speculative reads.
+std::string speculative_name(const Speculative& s);
+// Refuses (UsageError naming `flag` and both files) a draft whose vocabulary is not the target's:
+// another size, or a token whose text differs.
+void check_draft_vocabulary(const Model& target, const Model& draft, const std::string& draft_file,
+                            const char* flag = "--speculative");
+// The n-gram (prompt lookup) draft for a sequence whose tokens so far are `ctx`: at most `width`
+// tokens, empty when no suffix of kNgramMinMatch tokens or more occurred before.
+std::vector<int> ngram_draft(const std::vector<int>& ctx, int width);
 
 struct EngineOptions {
   Mode mode = Mode::BatchInvariant;
@@ -89,6 +128,8 @@ struct EngineOptions {
   // as ever). check_tensor_parallel says which sizes a model allows.
   int tp = 1;
   AllReduce allreduce = AllReduce::Ring;
+  // Speculative decoding (off by default). CPU only: the engine refuses it on --device cuda.
+  Speculative speculative{};
 };
 
 // Refuses (UsageError, exit 2) a tensor-parallel size the model does not divide into: tp must be
@@ -149,6 +190,24 @@ GenResult beam_search(const Model& model, EngineOptions opts, const std::vector<
                       int max_tokens);
 
 // Sampling primitives (exposed for tests).
+// One candidate of a sampling distribution.
+struct TokenProb {
+  int id;
+  double prob;
+};
+// The distribution sample_token draws from at temperature > 0: the candidates by logit, descending
+// (ties by index), after top-k and top-p, normalised.
+std::vector<TokenProb> sampling_distribution(const float* logits, int n, const DecodeParams& p);
+// A draft model's token at step t, drawn from its distribution q on the request's seed (a stream of
+// its own, not sample_token's).
+int sample_draft_token(const std::vector<TokenProb>& q, const DecodeParams& p, int step);
+// The target's token at step t when the draft proposed `drafted` (from distribution q; empty: a
+// deterministic draft, q(drafted) = 1). Greedy: the target's argmax, *accepted when it is the
+// drafted token. Temperature > 0: rejection sampling: `drafted` is kept with probability
+// min(1, p/q), else a token is drawn from max(0, p - q) normalised; the draws come from the
+// request's seed on streams of their own, so a fixed seed gives the same tokens.
+int speculative_token(const float* logits, int n, const DecodeParams& p, int step, int drafted,
+                      const std::vector<TokenProb>& q, bool* accepted);
 // Index of the chosen token from logits under params at step t (greedy when temperature == 0).
 int sample_token(const float* logits, int n, const DecodeParams& p, int step);
 // log-softmax of logits[id].
