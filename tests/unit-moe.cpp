@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "repro/audit/batch_context.hpp"
+#include "repro/bench/perf_model.hpp"
 #include "repro/common/error.hpp"
 #include "repro/common/util.hpp"
 #include "repro/engine/engine.hpp"
@@ -414,4 +415,17 @@ TEST_CASE("moe: model synth and model info on the command line") {
                       "shared expert 64 wide") != std::string::npos);
   r = test::run_cli("generate --model '" + path + "' --prompt 'Once upon' --max-tokens 4 --mode batch-invariant");
   CHECK(r.code == 0);
+}
+
+TEST_CASE("moe: the performance model counts k experts per token and up to every expert per step") {
+  auto m = synth_load(moe_opts("qwen3moe", 8, 2), "perf");
+  const bench::ModelCosts c = bench::model_costs(*m);
+  const int64_t one_expert = 2LL * 3 * 64 * 64;  // 2 layers x gate, up, down of [64][64]
+  CHECK(c.expert_params == one_expert);
+  CHECK(c.expert_bytes == one_expert * 4);
+  // Per layer: wq, wk, wv, wo (q_dim 64, kv_dim 32), the router [8][64], and k = 2 experts.
+  CHECK(c.layer_matmul_params == 2LL * (64 * 64 * 2 + 32 * 64 * 2 + 8 * 64) + 2 * one_expert);
+  CHECK(c.weight_bytes_for(1) == static_cast<double>(c.weight_bytes()));
+  CHECK(c.weight_bytes_for(2) == static_cast<double>(c.weight_bytes() + 2 * c.expert_bytes));
+  CHECK(c.weight_bytes_for(64) == static_cast<double>(c.weight_bytes() + 6 * c.expert_bytes));  // all 8 experts
 }
