@@ -429,3 +429,67 @@ TEST_CASE("moe: the performance model counts k experts per token and up to every
   CHECK(c.weight_bytes_for(2) == static_cast<double>(c.weight_bytes() + 2 * c.expert_bytes));
   CHECK(c.weight_bytes_for(64) == static_cast<double>(c.weight_bytes() + 6 * c.expert_bytes));  // all 8 experts
 }
+
+TEST_CASE("moe: the routing trace: batch mates change no route, margin or bit in batch-invariant mode") {
+  // The probe's 12 prompt rows in one step, alone and among rows of two other sequences before and
+  // after it. Batch-invariant: every route (experts, order, margin) and every logit bit is the
+  // probe's alone. Default: its experts see other token counts, so its bits may move; how many
+  // rows and routes moved is printed (a flip needs a near-tie, which the margin shows).
+  auto m = synth_load(moe_opts("qwen3moe", 8, 2), "trace");
+  const int V = m->config.vocab_size, layers = m->config.n_layers;
+  struct Step {
+    std::vector<float> logits;  // [12][V]
+    std::vector<Route> routes;  // [12][layers]
+  };
+  auto run = [&](Forward& fwd, int before, int after) {
+    const int n = static_cast<int>(kTokens.size());
+    const int sp = fwd.acquire_slot(n), sa = fwd.acquire_slot(before + 1), sb = fwd.acquire_slot(after + 1);
+    std::vector<TokenRow> rows;
+    for (int i = 0; i < before; ++i) rows.push_back({sa, 3 + (i * 37) % 390, i, false});
+    for (int t = 0; t < n; ++t) rows.push_back({sp, kTokens[t], t, true});
+    for (int i = 0; i < after; ++i) rows.push_back({sb, 7 + (i * 53) % 390, i, false});
+    const float* lg = fwd.run(rows);
+    Step s;
+    s.logits.assign(lg, lg + static_cast<size_t>(n) * V);
+    for (int t = 0; t < n; ++t)
+      for (int l = 0; l < layers; ++l) s.routes.push_back(fwd.route(before + t, l));
+    for (int slot : {sp, sa, sb}) fwd.release_slot(slot);
+    return s;
+  };
+  for (Mode mode : {Mode::BatchInvariant, Mode::Default}) {
+    CAPTURE(static_cast<int>(mode));
+    EngineOptions eo;
+    eo.mode = mode;
+    eo.threads = 2;
+    Forward fwd(*m, eo);
+    const Step alone = run(fwd, 0, 0);
+    REQUIRE(alone.routes.size() == kTokens.size() * layers);
+    float min_margin = alone.routes[0].margin;
+    for (const Route& r : alone.routes) {
+      CHECK(r.experts.size() == 2);
+      CHECK(r.margin >= 0.0f);
+      min_margin = std::min(min_margin, r.margin);
+    }
+    for (auto [before, after] : {std::pair{3, 0}, std::pair{0, 20}, std::pair{17, 30}, std::pair{40, 23}}) {
+      CAPTURE(before);
+      CAPTURE(after);
+      const Step s = run(fwd, before, after);
+      int flips = 0, margins = 0;
+      for (size_t i = 0; i < s.routes.size(); ++i) {
+        flips += s.routes[i].experts != alone.routes[i].experts;
+        margins += std::memcmp(&s.routes[i].margin, &alone.routes[i].margin, sizeof(float)) != 0;
+      }
+      const bool same_logits = std::memcmp(s.logits.data(), alone.logits.data(), sizeof(float) * s.logits.size()) == 0;
+      if (mode == Mode::BatchInvariant) {
+        CHECK(flips == 0);
+        CHECK(margins == 0);
+        CHECK(same_logits);
+      } else {
+        MESSAGE("default, " << before << " rows before and " << after << " after: logits "
+                            << std::string(same_logits ? "identical" : "differ") << ", " << margins << " of " << s.routes.size()
+                            << " router margins moved, " << flips << " routes flipped (smallest margin alone "
+                            << min_margin << ")");
+      }
+    }
+  }
+}

@@ -265,7 +265,7 @@ void Forward::reserve(int R, int L) {
 }
 
 // ---- mixture-of-experts feed-forward block: xb_ [R][dim] (normed) -> moe_out_ [R][dim] ----
-void Forward::moe_ffn(const LayerW& w, int R) {
+void Forward::moe_ffn(const LayerW& w, int layer, int R) {
   kernels::Ops& ops = *ops_;
   const Precision p = precision_;
   const int dim = c_.dim, E = c_.n_experts, k = c_.n_experts_used, eh = c_.expert_hidden_dim;
@@ -282,7 +282,8 @@ void Forward::moe_ffn(const LayerW& w, int R) {
     expert_slots_[e].clear();
   }
   for (int r = 0; r < R; ++r) {
-    const Route route = route_token(c_, rlog_host_.data() + static_cast<size_t>(r) * E);
+    Route& route = routes_[static_cast<size_t>(r) * c_.n_layers + layer];
+    route = route_token(c_, rlog_host_.data() + static_cast<size_t>(r) * E);
     for (int j = 0; j < k; ++j) {
       const int e = route.experts[j];
       expert_rows_[e].push_back(r);            // tokens in row order
@@ -355,6 +356,7 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
   }
   const int L = static_cast<int>(logit_rows_.size());
   reserve(R, L);
+  if (c_.is_moe()) routes_.resize(static_cast<size_t>(R) * c_.n_layers);
   const kernels::AttentionDims att{c_.n_heads, c_.n_kv_heads, c_.head_dim()};
   const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta, c_.rope_neox, c_.rope_freq_scale,
                                m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data()};
@@ -399,7 +401,7 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
     ops.rmsnorm(x_, w.ffn_norm, xb_, R, c_.rms_eps);    // ffn_norm: [dim]
     ops.round_to(p, xb_, nd);
     if (c_.is_moe()) {
-      moe_ffn(w, R);                                   // the experts' combine, rounded to p
+      moe_ffn(w, l, R);                                // the experts' combine, rounded to p
       ops.add(x_, moe_out_, nd);
       continue;
     }
