@@ -5,6 +5,8 @@
 //   - batch-invariant tables: row i of the batch is bitwise equal (memcmp) to the same row computed
 //     alone AND to the plain-loop reference (kernels/*/reference.cpp, or a loop here for the
 //     element-wise ops), at thread counts 1, 2 and 3;
+//   - the mixture-of-experts path: the grouped expert matmul (a token's row among its expert's
+//     tokens equals its row alone), scatter_rows and moe_combine (the one combine order);
 //   - default tables: the three kernels are close to the reference (how many rows differ bitwise
 //     from the row alone is printed, not asserted); the element-wise ops, which never mix rows,
 //     are bitwise equal to the row alone and to the reference in every table.
