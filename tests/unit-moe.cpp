@@ -493,3 +493,46 @@ TEST_CASE("moe: the routing trace: batch mates change no route, margin or bit in
     }
   }
 }
+
+TEST_CASE("moe: an exact router tie goes to the lower expert index in every mode and batch") {
+  // Router rows 0 and 1 made equal: the two logits are the same dot product, so their gate values
+  // tie exactly for every token; with k = 1 expert 1 must never be chosen, whatever the mode, batch
+  // or thread count, and expert 0 must be (else the test proves nothing).
+  const std::string bytes = synth_model(moe_opts("qwen3moe", 4, 1));
+  gguf::File f = gguf::parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
+  gguf::Writer w;
+  for (const auto& [k, v] : f.kv) w.add(k, v);
+  for (const auto& t : f.tensors) {
+    std::string data(reinterpret_cast<const char*>(f.data(t)), t.n_bytes);
+    if (t.name.find("ffn_gate_inp.weight") != std::string::npos)
+      std::memcpy(data.data() + t.ne[0] * sizeof(float), data.data(), t.ne[0] * sizeof(float));  // row 1 = row 0
+    w.add_tensor(t.name, t.ne, t.type, std::move(data));
+  }
+  auto m = load_model(write_model(w.serialize(), "tie"));
+  const int layers = m->config.n_layers;
+  int chose0 = 0, chose1 = 0;
+  for (Mode mode : {Mode::Default, Mode::BatchInvariant, Mode::Deterministic})
+    for (int threads : {1, 2}) {
+      EngineOptions eo;
+      eo.mode = mode;
+      eo.threads = threads;
+      Forward fwd(*m, eo);
+      for (int mates : {0, 9, 70}) {
+        const int n = static_cast<int>(kTokens.size());
+        const int sp = fwd.acquire_slot(n), sa = fwd.acquire_slot(mates + 1);
+        std::vector<TokenRow> rows;
+        for (int i = 0; i < mates; ++i) rows.push_back({sa, 3 + (i * 37) % 390, i, false});
+        for (int t = 0; t < n; ++t) rows.push_back({sp, kTokens[t], t, true});
+        fwd.run(rows);
+        for (int r = 0; r < static_cast<int>(rows.size()); ++r)
+          for (int l = 0; l < layers; ++l) {
+            chose0 += fwd.route(r, l).experts[0] == 0;
+            chose1 += fwd.route(r, l).experts[0] == 1;
+          }
+        fwd.release_slot(sp);
+        fwd.release_slot(sa);
+      }
+    }
+  CHECK(chose0 > 0);
+  CHECK(chose1 == 0);
+}
