@@ -263,7 +263,10 @@ TEST_CASE("moe: each architecture's keys and tensors load as llama.cpp writes th
   // Each expert is a view of its slice of the 3-D tensor: experts one matrix apart, in place.
   CHECK(static_cast<const char*>(L.exp_gate[1].data) - static_cast<const char*>(L.exp_gate[0].data) ==
         64 * 64 * 4);
-  CHECK(mix->mapped_bytes > 0);
+  // Every matrix, the experts and routers included, is mapped in place; only the norm gains (2 per
+  // layer and the output norm, f32) are owned: memory as a dense model's.
+  CHECK(mix->owned_bytes == (2 * 2 * 64 + 64) * 4);
+  CHECK(mix->mapped_bytes == 4LL * (400 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 4 * 64 + 3 * 4 * 64 * 64)));
 
   auto q2 = synth_load(moe_opts("qwen2moe", 4, 2), "keys-qwen2moe");
   CHECK(q2->config.rope_neox);
