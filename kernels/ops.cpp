@@ -13,6 +13,7 @@
 #include "matmul/cuda_dequant.hpp"
 #include "ops_internal.hpp"
 #include "repro/common/error.hpp"
+#include "moe.hpp"
 #include "tp.hpp"
 #include "repro/kernels/backends.hpp"
 
@@ -134,6 +135,24 @@ void Ops::copy_cols(const Buffer& src, int R, int width, Buffer& dst, int dst_wi
   for (int r = 0; r < R; ++r)
     std::copy_n(s.data() + static_cast<size_t>(r) * width, width, d.data() + static_cast<size_t>(r) * dst_width + col);
   upload(dst, 0, d.data(), d.size());
+}
+
+// ---- Ops: mixture of experts (tables may override; see repro/kernels/ops.hpp) ----
+
+void Ops::scatter_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst) {
+  std::vector<float> s(static_cast<size_t>(n) * width), d(dst.size());
+  download(src, 0, s.data(), s.size());
+  download(dst, 0, d.data(), d.size());
+  for (int j = 0; j < n; ++j)
+    std::copy_n(s.data() + static_cast<size_t>(j) * width, width, d.data() + static_cast<size_t>(idx[j]) * width);
+  upload(dst, 0, d.data(), d.size());
+}
+
+void Ops::moe_combine(const Buffer& y, const float* w, int R, int S, int width, Precision p, Buffer& out) {
+  std::vector<float> yh(static_cast<size_t>(R) * S * width), oh(static_cast<size_t>(R) * width);
+  download(y, 0, yh.data(), yh.size());
+  moe_combine_reference(yh.data(), w, R, S, width, p, oh.data());
+  upload(out, 0, oh.data(), oh.size());
 }
 
 // ---- TableBase: the RoPE table and the attention rows, built once for every table ----

@@ -44,6 +44,7 @@
 #include "elementwise_math.hpp"
 #include "kernels.hpp"
 #include "matmul_quant.hpp"
+#include "moe.hpp"
 #include "tp.hpp"
 
 namespace repro::kernels {
@@ -175,6 +176,16 @@ class CpuOps final : public TableBase {
     for (int r = 0; r < R; ++r)
       std::memcpy(dst.data() + static_cast<size_t>(r) * dst_width + col, src.data() + static_cast<size_t>(r) * width,
                   sizeof(float) * width);
+  }
+
+  // ---- mixture of experts: in place ----
+  void scatter_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst) override {
+    for (int j = 0; j < n; ++j)
+      std::memcpy(dst.data() + static_cast<size_t>(idx[j]) * width, src.data() + static_cast<size_t>(j) * width,
+                  sizeof(float) * width);
+  }
+  void moe_combine(const Buffer& y, const float* w, int R, int S, int width, Precision p, Buffer& out) override {
+    moe_combine_reference(y.data(), w, R, S, width, p, out.data());
   }
 
   void rmsnorm(const Buffer& x, const Weight& g, Buffer& y, int M, float eps) override {

@@ -5,6 +5,8 @@
 //   - batch-invariant tables: row i of the batch is bitwise equal (memcmp) to the same row computed
 //     alone AND to the plain-loop reference (kernels/*/reference.cpp, or a loop here for the
 //     element-wise ops), at thread counts 1, 2 and 3;
+//   - the mixture-of-experts path: the grouped expert matmul (a token's row among its expert's
+//     tokens equals its row alone), scatter_rows and moe_combine (the one combine order);
 //   - default tables: the three kernels are close to the reference (how many rows differ bitwise
 //     from the row alone is printed, not asserted); the element-wise ops, which never mix rows,
 //     are bitwise equal to the row alone and to the reference in every table.
@@ -27,6 +29,7 @@
 #include "../kernels/elementwise_math.hpp"
 #include "../kernels/kernels.hpp"
 #include "../kernels/matmul_quant.hpp"
+#include "../kernels/moe.hpp"
 #include "../kernels/tp.hpp"
 #include "repro/kernels/ops.hpp"
 
@@ -812,5 +815,122 @@ TEST_CASE("op tables: tp-invariant partials on stored weight types are one tree 
         });
       }
     }
+  }
+}
+
+TEST_CASE("op tables: the grouped expert matmul gives a token's row the bits of the row alone, every table") {
+  // A mixture of experts groups a step's tokens per expert: expert e's matmul gets exactly the n_e
+  // rows routed to it (gather_rows, then matmul with M = n_e), so M depends on the batch mates'
+  // routing. In the invariant tables a token's output row is bitwise its row computed alone (M = 1)
+  // and the reference; the default table picks its kernel by M, as production grouped GEMMs do, and
+  // how often a row's bits move is printed.
+  const int E = 4, k = 2, N = 40, K = 256;
+  const auto x = nonzero(static_cast<size_t>(kPool) * K, 131);
+  for (DType dt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    const std::string type_name = dtype_name(dt);
+    CAPTURE(type_name);
+    const size_t rb = quant::row_bytes(dt, K);
+    std::vector<std::vector<uint8_t>> wq(E, std::vector<uint8_t>(rb * N));
+    for (int e = 0; e < E; ++e) {
+      const auto wf = nonzero(static_cast<size_t>(N) * K, 140u + e);
+      if (dt == DType::F32)
+        std::memcpy(wq[e].data(), wf.data(), rb * N);
+      else
+        for (int n = 0; n < N; ++n) quant::quantize_row(dt, &wf[static_cast<size_t>(n) * K], &wq[e][n * rb], K);
+    }
+    for (Table& t : tables()) {
+      CAPTURE(t.spec.name);
+      CAPTURE(t.threads);
+      Ops& ops = *t.ops;
+      std::vector<Weight> W;
+      for (int e = 0; e < E; ++e) W.push_back(ops.bind_weight({dt, N, K, wq[e].data()}));
+      // Expert e's output for pool row r alone, and its reference.
+      auto alone = [&](int r, int e) {
+        Buffer xb = to_device(ops, gather(x, {r}, K)), yb = ops.alloc(N);
+        ops.matmul(xb, W[e], yb, 1);
+        return to_host(ops, yb, N);
+      };
+      for (int b : kBatches) {
+        CAPTURE(b);
+        const auto rows = draw(b, 11u * b + 5u);
+        Buffer xb = to_device(ops, gather(x, rows, K));
+        // Each token to k distinct experts, drawn per case.
+        std::mt19937 rng(17u * b);
+        std::vector<std::vector<int>> of_expert(E);
+        for (int m = 0; m < b; ++m) {
+          std::vector<int> ex = {0, 1, 2, 3};
+          std::shuffle(ex.begin(), ex.end(), rng);
+          for (int j = 0; j < k; ++j) of_expert[ex[j]].push_back(m);
+        }
+        int bad = 0, bad_ref = 0;
+        for (int e = 0; e < E; ++e) {
+          const int n = static_cast<int>(of_expert[e].size());
+          if (n == 0) continue;
+          Buffer xe = ops.alloc(static_cast<size_t>(n) * K), ye = ops.alloc(static_cast<size_t>(n) * N);
+          ops.gather_rows(xb, of_expert[e].data(), n, K, xe);
+          ops.matmul(xe, W[e], ye, n);
+          const auto got = to_host(ops, ye, static_cast<size_t>(n) * N);
+          for (int j = 0; j < n; ++j) {
+            const int r = rows[of_expert[e][j]];
+            bad += !same(&got[static_cast<size_t>(j) * N], alone(r, e).data(), N);
+            std::vector<float> ref(N);
+            if (dt == DType::F32)
+              matmul_reference(&x[static_cast<size_t>(r) * K], reinterpret_cast<const float*>(wq[e].data()), ref.data(),
+                               1, N, K);
+            else
+              matmul_q_reference(&x[static_cast<size_t>(r) * K], {dt, wq[e].data(), rb}, ref.data(), 1, N, K);
+            if (t.invariant())
+              bad_ref += !same(&got[static_cast<size_t>(j) * N], ref.data(), N);
+            else
+              CHECK(rel_err(&got[static_cast<size_t>(j) * N], ref.data(), N) < 2e-2f);
+          }
+        }
+        if (t.invariant()) {
+          CHECK_MESSAGE(bad == 0, "token rows that differ from the row alone: " << bad);
+          CHECK_MESSAGE(bad_ref == 0, "token rows that differ from the reference: " << bad_ref);
+        } else if (bad > 0) {
+          MESSAGE(t.spec.name << " threads " << t.threads << " " << std::string(dtype_name(dt)) << " batch " << b << ": " << bad
+                              << " token rows differ from the row alone");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("op tables: scatter_rows and moe_combine equal the plain loop and never mix rows, every table") {
+  const int R = 7, S = 3, width = 40;
+  const auto y = nonzero(static_cast<size_t>(R) * S * width, 151);
+  const auto w = nonzero(static_cast<size_t>(R) * S, 152);
+  for (Precision p : {Precision::F32, Precision::BF16, Precision::F16}) {
+    std::vector<float> ref(static_cast<size_t>(R) * width);
+    moe_combine_reference(y.data(), w.data(), R, S, width, p, ref.data());
+    // The plain loop is the sum in slot order: check one element by hand.
+    float acc = 0.0f;
+    for (int j = 0; j < S; ++j) acc = acc + w[static_cast<size_t>(2) * S + j] * y[(static_cast<size_t>(2) * S + j) * width + 5];
+    CHECK(ref[static_cast<size_t>(2) * width + 5] == round_to_precision(p, acc));
+    for (Table& t : tables()) {
+      CAPTURE(t.spec.name);
+      Ops& ops = *t.ops;
+      Buffer yb = to_device(ops, y), ob = ops.alloc(static_cast<size_t>(R) * width);
+      ops.moe_combine(yb, w.data(), R, S, width, p, ob);
+      CHECK(same(to_host(ops, ob, ref.size()).data(), ref.data(), ref.size()));
+      // Row 4 alone: its own slots and weights give its row of the batch.
+      Buffer y1 = to_device(ops, std::vector<float>(y.begin() + 4 * S * width, y.begin() + 5 * S * width));
+      Buffer o1 = ops.alloc(width);
+      ops.moe_combine(y1, w.data() + 4 * S, 1, S, width, p, o1);
+      CHECK(same(to_host(ops, o1, width).data(), &ref[static_cast<size_t>(4) * width], width));
+    }
+  }
+  // scatter_rows: rows to their slots, the other rows untouched.
+  const auto src = nonzero(static_cast<size_t>(3) * width, 153);
+  const auto dst = nonzero(static_cast<size_t>(R) * width, 154);
+  const int idx[] = {5, 0, 3};
+  std::vector<float> ref = dst;
+  for (int j = 0; j < 3; ++j) std::copy_n(&src[static_cast<size_t>(j) * width], width, &ref[static_cast<size_t>(idx[j]) * width]);
+  for (Table& t : tables()) {
+    CAPTURE(t.spec.name);
+    Buffer sb = to_device(*t.ops, src), db = to_device(*t.ops, dst);
+    t.ops->scatter_rows(sb, idx, 3, width, db);
+    CHECK(same(to_host(*t.ops, db, ref.size()).data(), ref.data(), ref.size()));
   }
 }

@@ -1,6 +1,8 @@
 // The performance model of a forward step (repro/bench/perf_model.hpp).
 #include "repro/bench/perf_model.hpp"
 
+#include <algorithm>
+
 #include "repro/common/quant.hpp"
 
 namespace repro::bench {
@@ -15,11 +17,24 @@ int64_t tensor_bytes(const Tensor& t) {
 
 ModelCosts model_costs(const Model& model) {
   ModelCosts m;
-  for (const LayerWeights& w : model.layers)
-    for (const Tensor* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+  const ModelConfig& mc = model.config;
+  for (const LayerWeights& w : model.layers) {
+    for (const Tensor* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.router, &w.shexp_router,
+                            &w.shexp_gate, &w.shexp_up, &w.shexp_down}) {
       m.layer_matmul_params += static_cast<int64_t>(t->size());
       m.layer_matmul_bytes += tensor_bytes(*t);
     }
+    if (!w.exp_gate.empty())
+      for (const Tensor* t : {&w.exp_gate[0], &w.exp_up[0], &w.exp_down[0]}) {  // every expert has one shape and type
+        m.expert_params += static_cast<int64_t>(t->size());
+        m.expert_bytes += tensor_bytes(*t);
+      }
+  }
+  m.n_experts = mc.n_experts;
+  m.experts_used = mc.n_experts_used;
+  // k experts per row: what one row reads and computes.
+  m.layer_matmul_params += m.experts_used * m.expert_params;
+  m.layer_matmul_bytes += m.experts_used * m.expert_bytes;
   const Tensor& cls = model.classifier();
   m.classifier_params = static_cast<int64_t>(cls.size());
   m.classifier_bytes = tensor_bytes(cls);
@@ -27,6 +42,12 @@ ModelCosts model_costs(const Model& model) {
   m.kv_bytes_per_position = 2LL * c.n_layers * c.kv_dim() * static_cast<int64_t>(sizeof(float));
   m.attention_flops_per_position = 4LL * c.n_layers * c.q_dim();
   return m;
+}
+
+double ModelCosts::weight_bytes_for(double rows) const {
+  if (n_experts == 0) return static_cast<double>(weight_bytes());
+  const double experts = std::min(static_cast<double>(n_experts), experts_used * rows);
+  return static_cast<double>(weight_bytes()) + (experts - experts_used) * static_cast<double>(expert_bytes);
 }
 
 StepCost decode_cost(const ModelCosts& m, const std::vector<int>& prompt_lengths, int max_tokens) {
@@ -38,7 +59,7 @@ StepCost decode_cost(const ModelCosts& m, const std::vector<int>& prompt_lengths
   for (int p : prompt_lengths) positions += steps * static_cast<double>(p) + T * (T - 1) / 2;  // sum_s (p + s)
   const double rows = static_cast<double>(prompt_lengths.size()) * steps;
   s.tokens_per_step = static_cast<double>(prompt_lengths.size());
-  s.weight_bytes = static_cast<double>(m.weight_bytes());
+  s.weight_bytes = m.weight_bytes_for(s.tokens_per_step);
   s.kv_bytes = static_cast<double>(m.kv_bytes_per_position) * positions / steps;
   s.flops_per_token = 2.0 * static_cast<double>(m.layer_matmul_params + m.classifier_params) +
                       static_cast<double>(m.attention_flops_per_position) * positions / rows;
@@ -50,7 +71,7 @@ StepCost prefill_cost(const ModelCosts& m, int prompt_len) {
   if (prompt_len < 1) return s;
   const double P = prompt_len;
   s.tokens_per_step = P;
-  s.weight_bytes = static_cast<double>(m.weight_bytes());
+  s.weight_bytes = m.weight_bytes_for(P);
   s.kv_bytes = static_cast<double>(m.kv_bytes_per_position) * P;  // written once
   // Row at position i attends i + 1 positions: P (P + 1) / 2 in all; one classifier row.
   s.flops_per_token = 2.0 * static_cast<double>(m.layer_matmul_params) +

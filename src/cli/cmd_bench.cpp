@@ -134,14 +134,16 @@ class LocalPrinter : public bench::LocalObserver {
 
   void model(const bench::ModelInfo& m) override {
     const ModelConfig& c = m.config;
-    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {}, context {})\n", m.name, c.dim,
-               c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size, c.context_length);
+    fmt::print("\nmodel {} (dim {}, layers {}, heads {}/{}, hidden {}, vocab {}, context {}{})\n", m.name, c.dim,
+               c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size, c.context_length,
+               c.is_moe() ? fmt::format(", experts {} of {}", c.n_experts_used, c.n_experts) : "");
     if (!have_ceilings_) return;
     const bench::ModelCosts& costs = m.costs;
     const size_t llc = m.last_level_cache_bytes;
-    fmt::print("performance model: {:.1f} MiB of matmul weights read per step, {:.1f} MFLOP per token in the "
+    fmt::print("performance model: {:.1f} MiB of matmul weights read per step{}, {:.1f} MFLOP per token in the "
                "matmuls, KV cache {} bytes per position{}\n",
                static_cast<double>(costs.weight_bytes()) / (1 << 20),
+               c.is_moe() ? " at batch 1 (the k experts of one token; a batch reads up to every expert)" : "",
                2.0 * static_cast<double>(costs.layer_matmul_params + costs.classifier_params) / 1e6,
                costs.kv_bytes_per_position,
                llc > 0 && static_cast<size_t>(costs.weight_bytes()) < llc

@@ -95,6 +95,13 @@ int run_model_info(const ModelInfoOptions& o) {
                     {"total_bytes", m->mapped_bytes + m->owned_bytes}}},
         {"chat_template", {{"name", ct.name}, {"origin", ct.origin}}},
     };
+    if (c.is_moe())
+      j["experts"] = {{"count", c.n_experts},
+                      {"used", c.n_experts_used},
+                      {"hidden_dim", c.expert_hidden_dim},
+                      {"shared_hidden_dim", c.shared_hidden_dim},
+                      {"gating", c.gating == MoeGating::Softmax ? "softmax" : "sigmoid"},
+                      {"norm_topk", c.norm_topk}};
     if (!ct.sha256.empty()) j["chat_template"]["sha256"] = ct.sha256;
     if (ct.name == "unknown") j["chat_template"]["problem"] = ct.problem;
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // invalid UTF-8 -> U+FFFD
@@ -109,6 +116,11 @@ int run_model_info(const ModelInfoOptions& o) {
   fmt::print("dim:             {}\n", c.dim);
   fmt::print("hidden_dim:      {}\n", c.hidden_dim);
   fmt::print("layers:          {}\n", c.n_layers);
+  if (c.is_moe())
+    fmt::print("experts:         {} per layer, {} per token ({} wide; {} gating, top-k weights {}){}\n", c.n_experts,
+               c.n_experts_used, c.expert_hidden_dim, c.gating == MoeGating::Softmax ? "softmax" : "sigmoid",
+               c.norm_topk ? "normalised" : "as gated",
+               c.shared_hidden_dim > 0 ? fmt::format(", shared expert {} wide", c.shared_hidden_dim) : "");
   fmt::print("heads:           {} (kv heads {}, head size {})\n", c.n_heads, c.n_kv_heads, c.head_dim());
   fmt::print("vocab:           {}\n", c.vocab_size);
   fmt::print("context_length:  {}\n", c.context_length);
@@ -152,7 +164,7 @@ void setup_model(CLI::App& parent, Runner& runner) {
   auto info_opts = std::make_shared<ModelInfoOptions>();
   auto* info = sub->add_subcommand(
       "info", "Architecture, hyper-parameters, tensor types, tokenizer, parameter count and SHA-256 of a model file");
-  info->add_option("file", info_opts->file, "GGUF (v2/v3: llama, qwen2, qwen3) or llama2.c .bin checkpoint")->required();
+  info->add_option("file", info_opts->file, "GGUF (v2/v3: llama, qwen2, qwen3, qwen2moe, qwen3moe) or llama2.c .bin checkpoint")->required();
   info->add_option("--tokenizer", info_opts->tokenizer,
                    "llama2.c tokenizer .bin (default: tok<vocab>.bin or tokenizer.bin beside the checkpoint)");
   info->add_option("--chat-template", info_opts->chat_template,
@@ -163,7 +175,7 @@ void setup_model(CLI::App& parent, Runner& runner) {
   auto synth_opts = std::make_shared<ModelSynthOptions>();
   SynthOptions& s = synth_opts->synth;
   auto* synth = sub->add_subcommand(
-      "synth", "Write a GGUF llama, qwen2 or qwen3 model with seeded random weights and a small tokenizer "
+      "synth", "Write a GGUF llama, qwen2, qwen3, qwen2moe or qwen3moe model (--experts: a mixture of experts) with seeded random weights and a small tokenizer "
                "(bit-identical everywhere)");
   synth->add_option("--out", synth_opts->out, "output file ('-' for stdout)")->required();
   synth->add_option("--arch", s.arch, "architecture: " + synth_archs())->capture_default_str();
@@ -185,6 +197,11 @@ void setup_model(CLI::App& parent, Runner& runner) {
   synth->add_option("--normalizer", s.normalizer,
                     "write the key repro.tokenizer.normalizer: nfc | none (text normalized before the split, as "
                     "`model info` shows; default: no key, the pre-tokenizer decides)");
+  synth->add_option("--experts", s.n_experts,
+                    "experts per layer (a mixture of experts: --arch llama (Mixtral), qwen2moe, qwen3moe; 0: dense)")
+      ->capture_default_str();
+  synth->add_option("--experts-used", s.n_experts_used, "experts each token is routed to (top-k), 1..--experts")
+      ->capture_default_str();
   synth->add_flag("--untied", synth_opts->untied, "store a separate output.weight instead of tying it to token_embd");
   synth->callback([&runner, synth_opts] { runner = [synth_opts] { return run_model_synth(*synth_opts); }; });
 }

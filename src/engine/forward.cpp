@@ -27,15 +27,27 @@
 // [s K/N, (s+1) K/N) of the weight and of its input, computes its partial with the table's own
 // kernel (Ops::matmul_partial), and the table's all-reduce adds the N partials in the order of
 // opts.allreduce (Ops::allreduce). Only the arithmetic is simulated: no communication, no timing.
+//
+// Mixture of experts (config.is_moe(): llama/Mixtral, qwen2moe, qwen3moe): the feed-forward block
+// is a router and n_experts SwiGLU experts. Each token's router logits (a matmul, kept f32) are
+// routed on the host (route_token, repro/engine/moe.hpp: one rule in every mode, lower index wins
+// ties); the tokens are grouped per expert, and each expert with tokens runs its three matmuls on
+// exactly those rows (an expert no token chose is not read). So the matmul's M is the number of
+// tokens the expert got: the default table picks its kernel by it, as production engines' grouped
+// GEMMs do, and the batch-invariant tables give a row the same bits at any M. Each token's k
+// outputs (and qwen2moe's shared expert, gated by a sigmoid) are added in one fixed order
+// (Ops::moe_combine). Expert parallelism is not simulated: MoE models run at --tp 1.
 // ============================================================================================
 #include "repro/engine/forward.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "repro/common/error.hpp"
 #include "repro/common/quant.hpp"
+#include "repro/engine/moe.hpp"
 
 namespace repro {
 
@@ -51,10 +63,14 @@ std::unique_ptr<kernels::Ops> checked_ops(const Model& m, const EngineOptions& o
   add(m.token_embd);
   add(m.output_norm);
   add(m.classifier());
-  for (const LayerWeights& w : m.layers)
+  for (const LayerWeights& w : m.layers) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_down, &w.w_up,
-                            &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm})
+                            &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm, &w.router, &w.shexp_router, &w.shexp_gate,
+                            &w.shexp_up, &w.shexp_down})
       add(*t);
+    for (const std::vector<Tensor>* v : {&w.exp_gate, &w.exp_up, &w.exp_down})
+      for (const Tensor& t : *v) add(t);
+  }
   kernels::check_weight_types(opts.device, opts.mode, types);
   check_tensor_parallel(m, opts.tp);
   return kernels::make_ops(opts.device, opts.mode, opts.threads);
@@ -65,6 +81,7 @@ std::string tp_misfit(const Model& m, int tp) {
   const ModelConfig& c = m.config;
   auto n = [](long v) { return std::to_string(v); };
   if (tp < 1 || tp > kernels::kMaxTp || (tp & (tp - 1)) != 0) return "must be 1, 2, 4 or 8";
+  if (c.is_moe() && tp > 1) return "mixture-of-experts layers are not split over ranks (expert parallelism is not simulated)";
   std::vector<std::string> why;
   if (c.n_heads % tp) why.push_back("the " + n(c.n_heads) + " attention heads are not divisible by " + n(tp));
   if (c.n_kv_heads % tp) why.push_back("the " + n(c.n_kv_heads) + " KV heads are not divisible by " + n(tp));
@@ -109,10 +126,35 @@ Forward::Forward(const Model& model, const EngineOptions& opts)
   token_embd_ = bind(m_.token_embd);
   output_norm_ = bind(m_.output_norm);
   classifier_ = bind(m_.classifier());
-  for (const LayerWeights& w : m_.layers)
-    layers_.push_back({bind(w.attn_norm), bind(w.ffn_norm), bind_row_shards(w.wq), bind_row_shards(w.wk),
-                       bind_row_shards(w.wv), bind_row_shards(w.w_gate), bind_row_shards(w.w_up), bind_shards(w.wo),
-                       bind_shards(w.w_down), bind(w.bq), bind(w.bk), bind(w.bv), bind(w.q_norm), bind(w.k_norm)});
+  for (const LayerWeights& w : m_.layers) {
+    LayerW& lw = layers_.emplace_back();
+    lw.attn_norm = bind(w.attn_norm);
+    lw.ffn_norm = bind(w.ffn_norm);
+    lw.wq = bind_row_shards(w.wq);
+    lw.wk = bind_row_shards(w.wk);
+    lw.wv = bind_row_shards(w.wv);
+    lw.wo = bind_shards(w.wo);
+    if (!w.w_gate.empty()) {  // dense feed-forward (a mixture of experts has none)
+      lw.w_gate = bind_row_shards(w.w_gate);
+      lw.w_up = bind_row_shards(w.w_up);
+      lw.w_down = bind_shards(w.w_down);
+    }
+    lw.bq = bind(w.bq);
+    lw.bk = bind(w.bk);
+    lw.bv = bind(w.bv);
+    lw.q_norm = bind(w.q_norm);
+    lw.k_norm = bind(w.k_norm);
+    lw.router = bind(w.router);
+    lw.shexp_router = bind(w.shexp_router);
+    lw.shexp_gate = bind(w.shexp_gate);
+    lw.shexp_up = bind(w.shexp_up);
+    lw.shexp_down = bind(w.shexp_down);
+    for (const Tensor& t : w.exp_gate) lw.exp_gate.push_back(bind(t));
+    for (const Tensor& t : w.exp_up) lw.exp_up.push_back(bind(t));
+    for (const Tensor& t : w.exp_down) lw.exp_down.push_back(bind(t));
+  }
+  expert_rows_.resize(static_cast<size_t>(c_.n_experts));
+  expert_slots_.resize(static_cast<size_t>(c_.n_experts));
   parts_.resize(tp_);
   shard_rows_.resize(tp_);
   ops_->kv_configure(c_.n_layers, c_.kv_dim());
@@ -184,7 +226,9 @@ kernels::Buffer& Forward::row_parallel(const kernels::Buffer& x, const std::vect
 }
 
 void Forward::reserve(int R, int L) {
-  const size_t dim = c_.dim, kv_dim = c_.kv_dim(), q_dim = c_.q_dim(), hidden = c_.hidden_dim;
+  const size_t dim = c_.dim, kv_dim = c_.kv_dim(), q_dim = c_.q_dim();
+  // The widest feed-forward activation: the dense FFN, an expert, or the shared expert.
+  const size_t hidden = std::max({c_.hidden_dim, c_.expert_hidden_dim, c_.shared_hidden_dim});
   if (R > rows_cap_) {
     rows_cap_ = R;
     x_ = ops_->alloc(R * dim);                        // residual stream   [R][dim]
@@ -203,6 +247,14 @@ void Forward::reserve(int R, int L) {
     }
     gate_ = ops_->alloc(R * hidden);                  // SwiGLU gate       [R][hidden]
     up_ = ops_->alloc(R * hidden);                    // SwiGLU up         [R][hidden]
+    if (c_.is_moe()) {
+      const size_t slots = c_.n_experts_used + (c_.shared_hidden_dim > 0 ? 1 : 0);
+      rlog_ = ops_->alloc(R * static_cast<size_t>(c_.n_experts));  // router logits [R][n_experts]
+      xe_ = ops_->alloc(R * dim);                     // one expert's rows [n_e <= R][dim]
+      yk_ = ops_->alloc(R * slots * dim);             // expert outputs    [R][slots][dim]
+      moe_out_ = ops_->alloc(R * dim);                // their combine     [R][dim]
+      sglog_ = ops_->alloc(R);                        // shared gate logit [R][1]
+    }
   }
   if (L > logit_cap_) {
     logit_cap_ = L;
@@ -210,6 +262,79 @@ void Forward::reserve(int R, int L) {
     xfn_ = ops_->alloc(L * dim);                      // their final norm  [L][dim]
     logits_ = ops_->alloc(L * static_cast<size_t>(c_.vocab_size));  // [L][vocab]
   }
+}
+
+// ---- mixture-of-experts feed-forward block: xb_ [R][dim] (normed) -> moe_out_ [R][dim] ----
+void Forward::moe_ffn(const LayerW& w, int layer, int R) {
+  kernels::Ops& ops = *ops_;
+  const Precision p = precision_;
+  const int dim = c_.dim, E = c_.n_experts, k = c_.n_experts_used, eh = c_.expert_hidden_dim;
+  const bool shared = c_.shared_hidden_dim > 0;
+  const int S = k + (shared ? 1 : 0);  // slots per token: its k experts in routing order, then the shared one
+
+  // ---- router: logits [R][E] = xb_ * router^T (router: [E][dim]; kept f32), routed on the host ----
+  ops.matmul(xb_, w.router, rlog_, R);
+  rlog_host_.resize(static_cast<size_t>(R) * E);
+  ops.download(rlog_, 0, rlog_host_.data(), rlog_host_.size());
+  combine_w_.assign(static_cast<size_t>(R) * S, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    expert_rows_[e].clear();
+    expert_slots_[e].clear();
+  }
+  for (int r = 0; r < R; ++r) {
+    Route& route = routes_[static_cast<size_t>(r) * c_.n_layers + layer];
+    route = route_token(c_, rlog_host_.data() + static_cast<size_t>(r) * E);
+    for (int j = 0; j < k; ++j) {
+      const int e = route.experts[j];
+      expert_rows_[e].push_back(r);            // tokens in row order
+      expert_slots_[e].push_back(r * S + j);   // where its output goes in yk_
+      combine_w_[static_cast<size_t>(r) * S + j] = route.weights[j];
+    }
+  }
+
+  // ---- experts: each one with tokens runs SwiGLU on exactly its n_e rows (M = n_e) ----
+  for (int e = 0; e < E; ++e) {
+    const int n = static_cast<int>(expert_rows_[e].size());
+    if (n == 0) continue;                                    // never read: no token chose it
+    const size_t nh = static_cast<size_t>(n) * eh;
+    ops.gather_rows(xb_, expert_rows_[e].data(), n, dim, xe_);   // [n][dim]
+    ops.matmul(xe_, w.exp_gate[e], gate_, n);                    // exp_gate[e]: [eh][dim]
+    ops.matmul(xe_, w.exp_up[e], up_, n);                        // exp_up[e]:   [eh][dim]
+    ops.round_to(p, gate_, nh);
+    ops.round_to(p, up_, nh);
+    ops.silu_mul(gate_, up_, nh);
+    ops.round_to(p, gate_, nh);
+    // exp_down[e]: [dim][eh]; as row_parallel at TP 1 (matmul_partial: the tp-invariant order)
+    ops.matmul_partial(gate_, w.exp_down[e], eh, parts_[0], n);
+    ops.round_to(p, parts_[0], static_cast<size_t>(n) * dim);
+    ops.scatter_rows(parts_[0], expert_slots_[e].data(), n, dim, yk_);
+  }
+
+  // ---- shared expert (qwen2moe): every token, weighted by sigmoid(shexp_router . x) ----
+  if (shared) {
+    const int sh = c_.shared_hidden_dim;
+    const size_t nh = static_cast<size_t>(R) * sh;
+    ops.matmul(xb_, w.shexp_router, sglog_, R);              // shexp_router: [1][dim]
+    sglog_host_.resize(static_cast<size_t>(R));
+    ops.download(sglog_, 0, sglog_host_.data(), sglog_host_.size());
+    ops.matmul(xb_, w.shexp_gate, gate_, R);                 // shexp_gate: [sh][dim]
+    ops.matmul(xb_, w.shexp_up, up_, R);                     // shexp_up:   [sh][dim]
+    ops.round_to(p, gate_, nh);
+    ops.round_to(p, up_, nh);
+    ops.silu_mul(gate_, up_, nh);
+    ops.round_to(p, gate_, nh);
+    ops.matmul_partial(gate_, w.shexp_down, sh, parts_[0], R);  // shexp_down: [dim][sh]
+    ops.round_to(p, parts_[0], static_cast<size_t>(R) * dim);
+    expert_slots_[0].clear();  // reused as the shared slot of each token
+    for (int r = 0; r < R; ++r) {
+      expert_slots_[0].push_back(r * S + k);
+      combine_w_[static_cast<size_t>(r) * S + k] = 1.0f / (1.0f + std::exp(-sglog_host_[r]));
+    }
+    ops.scatter_rows(parts_[0], expert_slots_[0].data(), R, dim, yk_);
+  }
+
+  // ---- combine: out[r] = sum over slots in order of weight * output (one order, every mode) ----
+  ops.moe_combine(yk_, combine_w_.data(), R, S, dim, p, moe_out_);
 }
 
 const float* Forward::run(const std::vector<TokenRow>& rows) {
@@ -231,6 +356,7 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
   }
   const int L = static_cast<int>(logit_rows_.size());
   reserve(R, L);
+  if (c_.is_moe()) routes_.resize(static_cast<size_t>(R) * c_.n_layers);
   const kernels::AttentionDims att{c_.n_heads, c_.n_kv_heads, c_.head_dim()};
   const kernels::RopeDims rope{c_.head_dim(), c_.rope_dim, c_.rope_theta, c_.rope_neox, c_.rope_freq_scale,
                                m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data()};
@@ -274,6 +400,11 @@ const float* Forward::run(const std::vector<TokenRow>& rows) {
     // ---- feed-forward block (SwiGLU) ----
     ops.rmsnorm(x_, w.ffn_norm, xb_, R, c_.rms_eps);    // ffn_norm: [dim]
     ops.round_to(p, xb_, nd);
+    if (c_.is_moe()) {
+      moe_ffn(w, l, R);                                // the experts' combine, rounded to p
+      ops.add(x_, moe_out_, nd);
+      continue;
+    }
     column_parallel(xb_, w.w_gate, gate_, R);          // w_gate: [hidden][dim]
     column_parallel(xb_, w.w_up, up_, R);              // w_up:   [hidden][dim]
     ops.round_to(p, gate_, nh);

@@ -1,7 +1,8 @@
-// repro::load_model: GGUF (v2/v3, architectures llama, qwen2, qwen3) and llama2.c legacy checkpoints, into the
+// repro::load_model: GGUF (v2/v3, architectures llama (dense or with experts), qwen2, qwen3, qwen2moe, qwen3moe) and llama2.c legacy checkpoints, into the
 // Model of include/repro/model.hpp (GGUF matrices stay in their stored type, memory-mapped). The format is chosen by the file's magic bytes, not by its
 // extension. Every hyper-parameter is bounded and every tensor shape is checked against the config
 // before any weight is copied.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -31,9 +32,11 @@ constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxVocab = 1 << 22;
 constexpr int64_t kMaxContext = 1 << 22;
+constexpr int64_t kMaxExperts = 1 << 12;
 
 const char* kSupportedFormats =
-    "supported: GGUF v2/v3 (architectures llama, qwen2, qwen3) and llama2.c legacy .bin checkpoints";
+    "supported: GGUF v2/v3 (architectures llama, qwen2, qwen3, qwen2moe, qwen3moe) and llama2.c legacy .bin "
+    "checkpoints";
 
 // The GGUF architectures the forward pass runs, and what each adds to the Llama block.
 struct ArchSpec {
@@ -41,12 +44,19 @@ struct ArchSpec {
   bool neox;      // RoPE on halves (i, i + n/2) rather than adjacent pairs
   bool qkv_bias;  // attn_q/k/v.bias required (llama: optional, used when present)
   bool qk_norm;   // attn_q_norm / attn_k_norm: RMSNorm of each query and key head before RoPE
+  // Mixture of experts: 0 dense only; 1 experts when <arch>.expert_count > 0 (llama: Mixtral);
+  // 2 always (expert_count required).
+  int moe;
+  bool shared_expert;  // ffn_{gate,up,down}_shexp and its sigmoid gate ffn_gate_inp_shexp (qwen2moe)
+  bool norm_topk;      // the k selected router weights are divided by their sum
   const char* family;
 };
 constexpr ArchSpec kArchs[] = {
-    {"llama", false, false, false, "Llama 1/2/3, Mistral, TinyLlama, SmolLM, stories260K"},
-    {"qwen2", true, true, false, "Qwen2, Qwen2.5"},
-    {"qwen3", true, false, true, "Qwen3 dense"},
+    {"llama", false, false, false, 1, false, true, "Llama 1/2/3, Mistral, Mixtral, TinyLlama, SmolLM, stories260K"},
+    {"qwen2", true, true, false, 0, false, false, "Qwen2, Qwen2.5"},
+    {"qwen3", true, false, true, 0, false, false, "Qwen3 dense"},
+    {"qwen2moe", true, true, false, 2, true, false, "Qwen1.5-MoE, Qwen2-MoE"},
+    {"qwen3moe", true, false, true, 2, false, true, "Qwen3-MoE"},
 };
 std::string supported_archs() {
   std::string s;
@@ -190,6 +200,40 @@ class GgufLoader {
     }
     m.owned_bytes += static_cast<int64_t>(t.n_elements) * 4;
     return Tensor::from_f32(gguf::dequantize(f_, t), rows, cols);
+  }
+
+  // A 3-D tensor of n_experts stacked matrices (ne = [cols, rows, n_experts]) as one Tensor per
+  // expert, each a view of its contiguous [rows][cols] slice (mapped in place, as load()).
+  std::vector<Tensor> load_experts(Model& m, const std::string& name, const std::vector<uint64_t>& ne) const {
+    const gguf::TensorInfo& t = tensor(name, ne);
+    loaded_.insert(name);
+    m.tensor_types[gguf::tensor_type_name(t.type)]++;
+    m.n_params += static_cast<int64_t>(t.n_elements);
+    const int cols = static_cast<int>(ne[0]), rows = static_cast<int>(ne[1]), n = static_cast<int>(ne[2]);
+    std::vector<Tensor> out(static_cast<size_t>(n));
+    quant::Format qf;
+    if (file_ && gguf::to_quant_format(t.type, qf)) {
+      const size_t bytes = quant::row_bytes(qf, cols) * static_cast<size_t>(rows);
+      for (int e = 0; e < n; ++e) {
+        Tensor& w = out[static_cast<size_t>(e)];
+        w.dtype = qf;
+        w.rows = rows;
+        w.cols = cols;
+        w.data = f_.data(t) + static_cast<size_t>(e) * bytes;
+        w.storage = std::shared_ptr<const void>(file_, w.data);
+      }
+      m.mapped_bytes += static_cast<int64_t>(t.n_bytes);
+      return out;
+    }
+    const std::vector<float> all = gguf::dequantize(f_, t);
+    const size_t per = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    for (int e = 0; e < n; ++e)
+      out[static_cast<size_t>(e)] = Tensor::from_f32(
+          std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(e * per),
+                             all.begin() + static_cast<std::ptrdiff_t>((e + 1) * per)),
+          rows, cols);
+    m.owned_bytes += static_cast<int64_t>(t.n_elements) * 4;
+    return out;
   }
 
   const std::string& what() const { return what_; }
@@ -363,6 +407,49 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
                      "rope.scaling.type') is not supported; supported: none, linear, and Llama 3's rope_freqs tensor");
   }
 
+  // Mixture of experts: expert_count experts per layer, expert_used_count of them per token.
+  const int64_t n_expert = g.get_int(pre + "expert_count", 0, spec->moe == 2);
+  if (n_expert != 0 && spec->moe == 0)
+    throw UsageError(what + ": '" + pre + "expert_count' = " + std::to_string(n_expert) + ", but architecture " + arch +
+                     " has no experts; mixture-of-experts files are llama (Mixtral), qwen2moe or qwen3moe");
+  if (n_expert < 0 || n_expert > kMaxExperts || (spec->moe == 2 && n_expert < 1))
+    throw UsageError(what + ": '" + pre + "expert_count' = " + std::to_string(n_expert) + " is out of range (1.." +
+                     std::to_string(kMaxExperts) + "); the file is corrupt");
+  if (n_expert > 0) {
+    c.n_experts = static_cast<int>(n_expert);
+    const int64_t used = g.get_int(pre + "expert_used_count", 0, true);
+    if (used > n_expert)
+      throw UsageError(what + ": '" + pre + "expert_used_count' = " + std::to_string(used) + " is larger than '" + pre +
+                       "expert_count' = " + std::to_string(n_expert) +
+                       "; a token cannot be routed to more experts than the layer has");
+    if (used < 1)
+      throw UsageError(what + ": '" + pre + "expert_used_count' = " + std::to_string(used) +
+                       " is out of range (1..expert_count); the file is corrupt");
+    c.n_experts_used = static_cast<int>(used);
+    // llama (Mixtral) experts are feed_forward_length wide; qwen2moe/qwen3moe give their own width
+    // (without it llama.cpp takes feed_forward_length / expert_used_count).
+    c.expert_hidden_dim = arch == "llama" ? c.hidden_dim
+                                          : key_int("expert_feed_forward_length", std::max(1, c.hidden_dim / c.n_experts_used),
+                                                    false, kMaxHidden);
+    if (spec->shared_expert)
+      c.shared_hidden_dim = key_int("expert_shared_feed_forward_length", c.hidden_dim, false, kMaxHidden);
+    const int64_t gating = g.get_int(pre + "expert_gating_func", 1, false);
+    if (gating == 1)
+      c.gating = MoeGating::Softmax;
+    else if (gating == 2)
+      c.gating = MoeGating::Sigmoid;
+    else
+      throw UsageError(what + ": '" + pre + "expert_gating_func' = " + std::to_string(gating) +
+                       " is not a gating function this tool runs; supported: 1 (softmax), 2 (sigmoid)");
+    c.norm_topk = g.get_bool(pre + "expert_weights_norm", spec->norm_topk);
+    std::string needs = "attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate_inp, ffn_gate_exps, "
+                        "ffn_up_exps, ffn_down_exps";
+    if (spec->qkv_bias) needs += ", attn_q.bias, attn_k.bias, attn_v.bias";
+    if (spec->qk_norm) needs += ", attn_q_norm, attn_k_norm";
+    if (spec->shared_expert) needs += ", ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp";
+    g.set_arch(arch, needs);
+  }
+
   // Vocabulary size comes from the embedding table (ne = [dim, vocab]).
   const gguf::TensorInfo* emb = f.tensor("token_embd.weight");
   if (!emb) throw UsageError(what + ": tensor 'token_embd.weight' is missing; architecture " + arch + " needs it");
@@ -403,15 +490,30 @@ std::unique_ptr<Model> load_gguf(const std::shared_ptr<const MappedFile>& file) 
       L.k_norm = g.load(*m, p + "attn_k_norm.weight", {hd});      // [head_dim]
     }
     L.ffn_norm = g.load(*m, p + "ffn_norm.weight", {dim});        // [dim]
-    L.w_gate = g.load(*m, p + "ffn_gate.weight", {dim, hid});     // [hidden][dim]
-    L.w_down = g.load(*m, p + "ffn_down.weight", {hid, dim});     // [dim][hidden]
-    L.w_up = g.load(*m, p + "ffn_up.weight", {dim, hid});         // [hidden][dim]
+    if (!c.is_moe()) {
+      L.w_gate = g.load(*m, p + "ffn_gate.weight", {dim, hid});   // [hidden][dim]
+      L.w_down = g.load(*m, p + "ffn_down.weight", {hid, dim});   // [dim][hidden]
+      L.w_up = g.load(*m, p + "ffn_up.weight", {dim, hid});       // [hidden][dim]
+      continue;
+    }
+    const uint64_t ne = c.n_experts, eh = c.expert_hidden_dim, sh = c.shared_hidden_dim;
+    L.router = g.load(*m, p + "ffn_gate_inp.weight", {dim, ne});                  // [n_experts][dim]
+    L.exp_gate = g.load_experts(*m, p + "ffn_gate_exps.weight", {dim, eh, ne});   // n_experts x [eh][dim]
+    L.exp_up = g.load_experts(*m, p + "ffn_up_exps.weight", {dim, eh, ne});       // n_experts x [eh][dim]
+    L.exp_down = g.load_experts(*m, p + "ffn_down_exps.weight", {eh, dim, ne});   // n_experts x [dim][eh]
+    if (spec->shared_expert) {
+      L.shexp_router = g.load(*m, p + "ffn_gate_inp_shexp.weight", {dim});       // [1][dim]
+      L.shexp_gate = g.load(*m, p + "ffn_gate_shexp.weight", {dim, sh});         // [sh][dim]
+      L.shexp_up = g.load(*m, p + "ffn_up_shexp.weight", {dim, sh});             // [sh][dim]
+      L.shexp_down = g.load(*m, p + "ffn_down_shexp.weight", {sh, dim});         // [dim][sh]
+    }
   }
   // A tensor the architecture does not use would be silently ignored: name it instead.
   for (const auto& t : f.tensors)
     if (!g.loaded(t.name))
       throw UsageError(what + ": tensor '" + t.name + "' is not part of architecture " + arch +
-                       " as this tool runs it (a variant that is not supported, e.g. mixture-of-experts)");
+                       " as this tool runs it (a variant that is not supported, e.g. experts stored one tensor "
+                       "per expert, as llama.cpp's old Mixtral files do)");
 
   // ---- tokenizer ----
   TokenizerData td = gguf_tokenizer(g, c.vocab_size);

@@ -3,6 +3,7 @@
 // by exact operations (a 24-bit integer scaled by a power of two; f16 by integer rounding).
 #include "repro/model/synth.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -154,17 +155,23 @@ const SynthType* find_type(const std::string& name) {
   return nullptr;
 }
 
-void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name, uint64_t in, uint64_t out) {
-  std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(in * out), static_cast<int64_t>(in));
+// A matrix [out][in] (ne = [in, out]), or `experts` of them stacked (ne = [in, out, experts]: the
+// 3-D expert tensors), in the --type format.
+void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name, uint64_t in, uint64_t out,
+                uint64_t experts = 0) {
+  const uint64_t rows = out * std::max<uint64_t>(experts, 1);
+  std::vector<uint64_t> ne = {in, out};
+  if (experts > 0) ne.push_back(experts);
+  std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(in * rows), static_cast<int64_t>(in));
   const quant::Format f = find_type(o.type)->format;
-  if (f == quant::Format::F32) return w.add_f32(name, {in, out}, v);
+  if (f == quant::Format::F32) return w.add_f32(name, ne, v);
   // Row by row: each row (in elements) is whole blocks (checked by synth_model).
   const size_t rb = quant::row_bytes(f, static_cast<int64_t>(in));
-  std::string data(rb * out, '\0');
-  for (uint64_t r = 0; r < out; ++r)
+  std::string data(rb * rows, '\0');
+  for (uint64_t r = 0; r < rows; ++r)
     quant::quantize_row(f, v.data() + r * in, reinterpret_cast<uint8_t*>(data.data()) + r * rb,
                         static_cast<int64_t>(in));
-  w.add_tensor(name, {in, out}, gguf::from_quant_format(f), std::move(data));
+  w.add_tensor(name, ne, gguf::from_quant_format(f), std::move(data));
 }
 
 void check(bool ok, const std::string& msg) {
@@ -173,7 +180,7 @@ void check(bool ok, const std::string& msg) {
 
 }  // namespace
 
-std::string synth_archs() { return "llama, qwen2, qwen3"; }
+std::string synth_archs() { return "llama, qwen2, qwen3, qwen2moe, qwen3moe"; }
 
 namespace {
 
@@ -285,8 +292,22 @@ std::string synth_types() {
 
 std::string synth_model(const SynthOptions& o) {
   // ---- options ----
-  check(o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen3",
+  check(o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen3" || o.arch == "qwen2moe" || o.arch == "qwen3moe",
         "--arch '" + o.arch + "' is not supported; supported: " + synth_archs());
+  // What each architecture adds to the Llama block.
+  const bool qkv_bias = o.arch == "qwen2" || o.arch == "qwen2moe", qk_norm = o.arch == "qwen3" || o.arch == "qwen3moe";
+  const bool moe_arch = o.arch == "qwen2moe" || o.arch == "qwen3moe", shared_expert = o.arch == "qwen2moe";
+  const bool neox = o.arch != "llama";
+  check(!moe_arch || o.n_experts > 0,
+        "--arch " + o.arch + " is a mixture of experts: give --experts E and --experts-used K");
+  check(moe_arch || o.arch == "llama" || o.n_experts == 0,
+        "--experts: architecture " + o.arch + " has no experts; use --arch llama (Mixtral), qwen2moe or qwen3moe");
+  check(o.n_experts >= 0 && o.n_experts <= 256, "--experts " + std::to_string(o.n_experts) + " is out of range (0..256)");
+  check(o.n_experts == 0 || (o.n_experts_used >= 1 && o.n_experts_used <= o.n_experts),
+        "--experts-used " + std::to_string(o.n_experts_used) + " must be 1..--experts (" + std::to_string(o.n_experts) +
+            "): a token is routed to that many of the layer's experts");
+  check(o.n_experts > 0 || o.n_experts_used == 0, "--experts-used needs --experts E");
+  const uint64_t E = static_cast<uint64_t>(o.n_experts);
   const SynthChat* chat = nullptr;
   for (const auto& c : synth_chats())
     if (o.chat_template == c.name) chat = &c;
@@ -339,9 +360,11 @@ std::string synth_model(const SynthOptions& o) {
       if (chat->eot && chat->specials[i] == chat->eot) tok.eos_id = static_cast<int>(id);
     }
   }
+  const uint64_t ffn_params = E == 0 ? 3 * hid * dim
+                                     : E * dim + 3 * E * hid * dim + (shared_expert ? dim + 3 * hid * dim : 0);
   uint64_t n_params = voc * dim * (o.tied ? 1 : 2) + dim +
-                      L * (2 * dim + 2 * qd * dim + 2 * kv * dim + 3 * hid * dim + (o.arch == "qwen2" ? qd + 2 * kv : 0) +
-                           (o.arch == "qwen3" ? 2 * hd : 0));
+                      L * (2 * dim + 2 * qd * dim + 2 * kv * dim + ffn_params + (qkv_bias ? qd + 2 * kv : 0) +
+                           (qk_norm ? 2 * hd : 0));
   check(n_params <= (uint64_t{1} << 31),
         "the model would have " + std::to_string(n_params) + " parameters; synth supports at most 2^31 "
         "(reduce --dim, --hidden, --layers or --vocab)");
@@ -362,13 +385,19 @@ std::string synth_model(const SynthOptions& o) {
   w.add(a + "block_count", u32(L));
   w.add(a + "attention.head_count", u32(o.n_heads));
   w.add(a + "attention.head_count_kv", u32(o.n_kv_heads));
-  if (o.arch == "qwen3" || o.head_dim) {
+  if (E > 0) {
+    w.add(a + "expert_count", u32(E));
+    w.add(a + "expert_used_count", u32(o.n_experts_used));
+    if (moe_arch) w.add(a + "expert_feed_forward_length", u32(hid));
+    if (shared_expert) w.add(a + "expert_shared_feed_forward_length", u32(hid));
+  }
+  if (qk_norm || o.head_dim) {
     w.add(a + "attention.key_length", u32(hd));
     w.add(a + "attention.value_length", u32(hd));
   }
   w.add(a + "rope.dimension_count", u32(hd));
-  w.add(a + "rope.freq_base", Value::real(ValueType::FLOAT32, o.arch == "llama" ? 10000.0 : 1000000.0));
-  w.add(a + "attention.layer_norm_rms_epsilon", Value::real(ValueType::FLOAT32, o.arch == "llama" ? 1e-5 : 1e-6));
+  w.add(a + "rope.freq_base", Value::real(ValueType::FLOAT32, neox ? 1000000.0 : 10000.0));
+  w.add(a + "attention.layer_norm_rms_epsilon", Value::real(ValueType::FLOAT32, neox ? 1e-6 : 1e-5));
   w.add("tokenizer.ggml.model", Value::string(tok.model));
   w.add("tokenizer.ggml.pre", Value::string(tok.pre));
   w.add("tokenizer.ggml.tokens", Value::string_array(tok.tokens));
@@ -406,17 +435,33 @@ std::string synth_model(const SynthOptions& o) {
     add_matrix(w, o, p + "attn_q.weight", dim, qd);
     add_matrix(w, o, p + "attn_k.weight", dim, kv);
     add_matrix(w, o, p + "attn_v.weight", dim, kv);
-    if (o.arch == "qwen2") {
+    if (qkv_bias) {
       vec(p + "attn_q.bias", qd, 0.0f);
       vec(p + "attn_k.bias", kv, 0.0f);
       vec(p + "attn_v.bias", kv, 0.0f);
     }
-    if (o.arch == "qwen3") {
+    if (qk_norm) {
       vec(p + "attn_q_norm.weight", hd, 1.0f);
       vec(p + "attn_k_norm.weight", hd, 1.0f);
     }
     add_matrix(w, o, p + "attn_output.weight", qd, dim);
     w.add_f32(p + "ffn_norm.weight", {dim}, ones);
+    if (E > 0) {
+      // The router [E][dim] in F32; the experts as 3-D tensors [E][out][in].
+      w.add_f32(p + "ffn_gate_inp.weight", {dim, E},
+                random_tensor(o.seed, p + "ffn_gate_inp.weight", static_cast<size_t>(dim * E), static_cast<int64_t>(dim)));
+      add_matrix(w, o, p + "ffn_gate_exps.weight", dim, hid, E);
+      add_matrix(w, o, p + "ffn_down_exps.weight", hid, dim, E);
+      add_matrix(w, o, p + "ffn_up_exps.weight", dim, hid, E);
+      if (shared_expert) {
+        w.add_f32(p + "ffn_gate_inp_shexp.weight", {dim},
+                  random_tensor(o.seed, p + "ffn_gate_inp_shexp.weight", static_cast<size_t>(dim), static_cast<int64_t>(dim)));
+        add_matrix(w, o, p + "ffn_gate_shexp.weight", dim, hid);
+        add_matrix(w, o, p + "ffn_down_shexp.weight", hid, dim);
+        add_matrix(w, o, p + "ffn_up_shexp.weight", dim, hid);
+      }
+      continue;
+    }
     add_matrix(w, o, p + "ffn_gate.weight", dim, hid);
     add_matrix(w, o, p + "ffn_down.weight", hid, dim);
     add_matrix(w, o, p + "ffn_up.weight", dim, hid);

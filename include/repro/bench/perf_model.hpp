@@ -7,10 +7,13 @@
 //   weight bytes   every matmul weight read once per step, in its stored type (F32, F16, block
 //                  formats): per layer wq, wk, wv, wo, w_gate, w_up, w_down, and the classifier
 //                  (token_embd when tied). Norm gains, biases and the R embedding rows are left out
-//                  (a few KiB).
+//                  (a few KiB). A mixture of experts: the routers and shared experts every step, and
+//                  min(n_experts, k x R) experts per layer (at most every token choosing other
+//                  experts: an upper bound on what the step reads, exact at R = 1).
 //   KV bytes       decode: the K and V cache each row's attention reads (f32, all layers, every
 //                  position it attends); prefill: the K and V the prompt writes, once.
-//   FLOPs          2 per multiply-add: the layer matmuls per row, the classifier for rows whose
+//   FLOPs          2 per multiply-add: the layer matmuls per row (a mixture of experts: the router,
+//                  the shared expert and the k experts the row is routed to), the classifier for rows whose
 //                  logits are wanted (every decode row, the last prompt row), and attention
 //                  (q.k and p.v: 4 * q_dim per layer per attended position).
 //   Left out: element-wise ops, norms, softmax, activations' traffic, which are small at these
@@ -33,7 +36,15 @@ struct ModelCosts {
   int64_t classifier_bytes = 0;
   int64_t kv_bytes_per_position = 0;   // K and V of one position, all layers, f32: 2 * layers * kv_dim * 4
   int64_t attention_flops_per_position = 0;  // one query row against one cached position: 4 * layers * q_dim
+  // Mixture of experts: one expert's gate, up and down matrices summed over the layers (elements
+  // and stored bytes), the experts per layer and per token. layer_matmul_* then hold the rest of
+  // the layer (attention, routers, shared experts) plus k experts' elements and bytes.
+  int64_t expert_params = 0;
+  int64_t expert_bytes = 0;
+  int n_experts = 0, experts_used = 0;
   int64_t weight_bytes() const { return layer_matmul_bytes + classifier_bytes; }
+  // The weight bytes a step of `rows` token rows reads: the experts of min(n_experts, k x rows).
+  double weight_bytes_for(double rows) const;
 };
 ModelCosts model_costs(const Model& model);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "repro/engine/engine.hpp"
+#include "repro/engine/moe.hpp"
 #include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 
@@ -42,17 +43,26 @@ class Forward {
 
   kernels::OpsInfo describe() const { return ops_->describe(); }
 
+  // A mixture of experts: how row `row` of the last run() was routed in layer `layer` (its experts
+  // in routing order, their weights, the top-k margin). Empty for a dense model.
+  const Route& route(int row, int layer) const { return routes_[static_cast<size_t>(row) * c_.n_layers + layer]; }
+
  private:
   struct LayerW {
     kernels::Weight attn_norm, ffn_norm;
     std::vector<kernels::Weight> wq, wk, wv, w_gate, w_up;  // column-parallel: one row shard per rank
     std::vector<kernels::Weight> wo, w_down;     // the row-parallel weights: one K shard per rank
     kernels::Weight bq, bk, bv, q_norm, k_norm;  // data == nullptr when the model has none
+    // mixture of experts (empty for a dense model): the router, one weight per expert, the shared expert
+    kernels::Weight router, shexp_router, shexp_gate, shexp_up, shexp_down;
+    std::vector<kernels::Weight> exp_gate, exp_up, exp_down;
   };
   kernels::Weight bind(const Tensor& t);
   std::vector<kernels::Weight> bind_shards(const Tensor& t);      // K (columns) over the ranks
   std::vector<kernels::Weight> bind_row_shards(const Tensor& t);  // output rows over the ranks
   void reserve(int rows, int logit_rows);
+  // The mixture-of-experts feed-forward block of layer w over xb_ (the normed rows), into moe_out_.
+  void moe_ffn(const LayerW& w, int layer, int R);
   // y [R][rows] = x * w^T for a column-parallel weight: each rank's rows by the table's kernel.
   void column_parallel(const kernels::Buffer& x, const std::vector<kernels::Weight>& shards, kernels::Buffer& y, int R);
   // y = x * w^T for a row-parallel weight (x [R][K]): returns the all-reduced sum, [R][dim].
@@ -70,6 +80,12 @@ class Forward {
   // activations in the table's memory, grown to the largest step seen
   int rows_cap_ = 0, logit_cap_ = 0;
   kernels::Buffer x_, xb_, q_, k_, v_, kn_, att_, gate_, up_, xf_, xfn_, logits_;
+  // mixture of experts: router logits [R][n_experts], one expert's rows [R][dim], every token's
+  // expert outputs [R][slots][dim], their combine [R][dim], the shared expert's gate logits [R][1]
+  kernels::Buffer rlog_, xe_, yk_, moe_out_, sglog_;
+  std::vector<float> rlog_host_, sglog_host_, combine_w_;  // host: logits, gate logits, [R][slots] weights
+  std::vector<std::vector<int>> expert_rows_, expert_slots_;  // per expert: its tokens, their slot rows
+  std::vector<Route> routes_;  // the last step's routing, [R][n_layers]
   kernels::Buffer xs_;                  // one rank's shard of a row-parallel input [R][K / tp]
   kernels::Buffer ys_;                  // one rank's columns of a column-parallel output [R][n / tp]
   std::vector<kernels::Buffer> parts_;  // the ranks' partials [tp][R][dim]; parts_[0] the sum

@@ -189,6 +189,16 @@ class Ops {
   // overridden (the CPU tables copy in place).
   virtual void copy_cols(const Buffer& src, int R, int width, Buffer& dst, int dst_width, int col);
 
+  // ---- mixture of experts (docs/ENGINE.md "Mixture of experts") ----
+  // dst[idx[j]] = src[j] for rows of `width` floats, j < n (gather_rows' inverse: an expert's
+  // output rows put into their tokens' slots).
+  virtual void scatter_rows(const Buffer& src, const int* idx, int n, int width, Buffer& dst);
+  // The weighted combine of each token's S expert outputs: out[r][i] = sum over j = 0..S-1, in that
+  // order, of w[r][j] * y[r][j][i] (y: [R][S][width]; w: R * S host floats), in f32, the total rounded
+  // to p once (kernels/moe/reference.cpp). One order in every table. Any table: host round trip
+  // unless overridden (the CPU tables run the reference in place).
+  virtual void moe_combine(const Buffer& y, const float* w, int R, int S, int width, Precision p, Buffer& out);
+
   // ---- element-wise ops (a row's values never depend on other rows) ----
   // x[r] = table[tokens[r]] (table: [vocab][dim], dim = table.cols).
   virtual void embed(const Weight& table, const int* tokens, int R, Buffer& x) = 0;

@@ -13,8 +13,11 @@
 
 namespace repro {
 
+// How router logits become expert weights (llama.cpp's <arch>.expert_gating_func: 1 softmax, 2 sigmoid).
+enum class MoeGating { Softmax, Sigmoid };
+
 struct ModelConfig {
-  std::string arch = "llama";  // GGUF general.architecture: llama, qwen2, qwen3
+  std::string arch = "llama";  // GGUF general.architecture: llama, qwen2, qwen3, qwen2moe, qwen3moe
   int dim = 0;             // embedding length
   int hidden_dim = 0;      // feed-forward length
   int n_layers = 0;
@@ -31,6 +34,16 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor for linear scaling
   float rms_eps = 1e-5f;
+  // Mixture of experts (<arch>.expert_count > 0): each layer's feed-forward block is n_experts
+  // SwiGLU experts of expert_hidden_dim, of which the router picks n_experts_used per token
+  // (repro/engine/moe.hpp), plus a shared expert of shared_hidden_dim when > 0 (qwen2moe).
+  int n_experts = 0;          // <arch>.expert_count; 0: a dense model
+  int n_experts_used = 0;     // <arch>.expert_used_count (k of top-k)
+  int expert_hidden_dim = 0;  // <arch>.expert_feed_forward_length (llama: feed_forward_length)
+  int shared_hidden_dim = 0;  // <arch>.expert_shared_feed_forward_length (qwen2moe); 0: no shared expert
+  MoeGating gating = MoeGating::Softmax;  // <arch>.expert_gating_func (absent: softmax)
+  bool norm_topk = false;     // the k selected weights are divided by their sum (llama, qwen3moe)
+  bool is_moe() const { return n_experts > 0; }
 };
 
 // One weight: its element type, its shape [rows][cols] (row-major; a vector is one row) and its
@@ -63,6 +76,17 @@ struct LayerWeights {
   Tensor w_gate;     // [hidden][dim]   (llama2.c w1)
   Tensor w_down;     // [dim][hidden]   (llama2.c w2)
   Tensor w_up;       // [hidden][dim]   (llama2.c w3)
+  // Mixture of experts (config.is_moe(); the dense w_gate, w_down, w_up are then empty). Each
+  // expert's matrices are views into the file's 3-D tensors ffn_{gate,up,down}_exps (ne = [in, out,
+  // expert]: expert e's [out][in] matrix is contiguous), so only the experts a token is routed to
+  // are read.
+  Tensor router;                       // ffn_gate_inp: [n_experts][dim]
+  std::vector<Tensor> exp_gate;        // ffn_gate_exps: n_experts x [expert_hidden][dim]
+  std::vector<Tensor> exp_up;          // ffn_up_exps:   n_experts x [expert_hidden][dim]
+  std::vector<Tensor> exp_down;        // ffn_down_exps: n_experts x [dim][expert_hidden]
+  Tensor shexp_gate, shexp_up;         // ffn_{gate,up}_shexp: [shared_hidden][dim] (qwen2moe; empty otherwise)
+  Tensor shexp_down;                   // ffn_down_shexp: [dim][shared_hidden]
+  Tensor shexp_router;                 // ffn_gate_inp_shexp: [1][dim], the shared expert's sigmoid gate
 };
 
 struct Model {
@@ -91,7 +115,7 @@ struct Model {
   ChatTemplate chat_template;
 };
 
-// Loads a GGUF (v2/v3, arch llama, qwen2 or qwen3; matrices kept in their stored type, memory-mapped) or a llama2.c checkpoint
+// Loads a GGUF (v2/v3, arch llama (dense or with experts), qwen2, qwen3, qwen2moe or qwen3moe; matrices kept in their stored type, memory-mapped) or a llama2.c checkpoint
 // (tokenizer_path names its tokenizer .bin; when empty, tokenizer.bin / tok<vocab>.bin beside it).
 // Throws UsageError naming the file, what is wrong and what is supported.
 std::unique_ptr<Model> load_model(const std::string& path, const std::string& tokenizer_path = "");

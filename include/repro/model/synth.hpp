@@ -1,4 +1,5 @@
-// Seeded synthetic Llama-family models (llama, qwen2, qwen3): `repro-audit model synth`. The weights come from an integer PRNG
+// Seeded synthetic Llama-family models (llama, qwen2, qwen3, and with experts llama/Mixtral, qwen2moe,
+// qwen3moe): `repro-audit model synth`. The weights come from an integer PRNG
 // (splitmix64) and are turned into floats with exact operations only (an integer times a power of
 // two), so the same options give a bit-identical GGUF on every machine and compiler.
 #pragma once
@@ -12,7 +13,9 @@ namespace repro {
 
 struct SynthOptions {
   // GGUF architecture: llama (normal RoPE), qwen2 (neox RoPE, Q/K/V biases), qwen3 (neox RoPE,
-  // per-head Q/K RMSNorm, attention.key_length written).
+  // per-head Q/K RMSNorm, attention.key_length written); mixtures of experts: llama with n_experts > 0
+  // (Mixtral), qwen2moe (qwen2's attention, a shared expert with a sigmoid gate), qwen3moe (qwen3's
+  // attention).
   std::string arch = "llama";
   uint64_t seed = 1;
   int dim = 128;
@@ -36,6 +39,13 @@ struct SynthOptions {
   // "" (no key), "nfc" or "none": writes the project's key repro.tokenizer.normalizer, which the
   // reader takes over the pre-tokenizer's default (tokenizer_normalizer in tokenizer.hpp).
   std::string normalizer;
+  // Mixture of experts: n_experts SwiGLU experts per layer (each hidden_dim wide), n_experts_used
+  // per token; written as llama.cpp writes them (<arch>.expert_count, <arch>.expert_used_count,
+  // ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps; qwen2moe adds the shared expert
+  // ffn_{gate,up,down}_shexp, hidden_dim wide, and its gate ffn_gate_inp_shexp). The routers stay
+  // F32, as llama.cpp's quantizer leaves them. 0: a dense model (llama, qwen2, qwen3).
+  int n_experts = 0;
+  int n_experts_used = 0;
 };
 
 // The --arch names synth_model accepts: "llama, qwen2, qwen3".
