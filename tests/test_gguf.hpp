@@ -2,6 +2,7 @@
 // its tokenizer replaced by a vocabulary the test builds (shared by the end-of-generation and
 // added-token tests).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -82,6 +83,22 @@ inline std::string bpe_model(const TokenizerData& tok, bool forced, const std::f
   return edited_synth(static_cast<int>(tok.tokens.size()),
                       [](const std::string& k) { return k.rfind("tokenizer.", 0) != 0 && k.rfind("repro.tokenizer.", 0) != 0; },
                       keys, forced);
+}
+
+// A synthesized file rewritten: metadata edited by `edit`, keys and tensors named in skip left out.
+inline std::string edited(const SynthOptions& o, const std::function<void(gguf::Writer&)>& edit,
+                   const std::vector<std::string>& skip) {
+  const std::string bytes = synth_model(o);
+  gguf::File f = gguf::parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "synth");
+  auto skipped = [&](const std::string& n) { return std::find(skip.begin(), skip.end(), n) != skip.end(); };
+  gguf::Writer w;
+  for (const auto& [k, v] : f.kv)
+    if (!skipped(k)) w.add(k, v);
+  edit(w);
+  for (const auto& t : f.tensors)
+    if (!skipped(t.name))
+      w.add_tensor(t.name, t.ne, t.type, std::string(reinterpret_cast<const char*>(f.data(t)), t.n_bytes));
+  return w.serialize();
 }
 
 }  // namespace repro::test
