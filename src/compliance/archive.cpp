@@ -396,17 +396,24 @@ std::vector<ArchiveEntry> Archive::list(const ArchiveQuery& q) {
 }
 
 std::optional<ArchiveEntry> Archive::find(const std::string& id) {
-  bool number = !id.empty() && id.size() < 19 && id.find_first_not_of("0123456789") == std::string::npos;
-  std::string sql = std::string("SELECT ") + kColumns + " FROM entries WHERE " +
-                    (number ? "seq = ?" : "report_sha256 LIKE ? || '%'") + " ORDER BY seq LIMIT 2";
-  Stmt st(db_, sql, path_);
-  if (number) st.bind(1, int64_t(std::stoll(id)));
-  else st.bind(1, id);
-  std::vector<ArchiveEntry> found;
-  while (sqlite3_step(st.s) == SQLITE_ROW) found.push_back(read_entry(st, nullptr));
+  // An entry number, else a prefix of the report's sha256. A prefix can be all digits (about one in
+  // 300 twelve-digit prefixes is), so a number that names no entry is tried as a prefix too.
+  auto query = [&](bool number) {
+    std::string sql = std::string("SELECT ") + kColumns + " FROM entries WHERE " +
+                      (number ? "seq = ?" : "report_sha256 LIKE ? || '%'") + " ORDER BY seq LIMIT 2";
+    Stmt st(db_, sql, path_);
+    if (number) st.bind(1, int64_t(std::stoll(id)));
+    else st.bind(1, id);
+    std::vector<ArchiveEntry> rows;
+    while (sqlite3_step(st.s) == SQLITE_ROW) rows.push_back(read_entry(st, nullptr));
+    if (rows.size() > 1 && !number)
+      throw UsageError("archive: '" + id + "' matches several entries; give more digits or the entry number");
+    return rows;
+  };
+  const bool number = !id.empty() && id.size() < 19 && id.find_first_not_of("0123456789") == std::string::npos;
+  std::vector<ArchiveEntry> found = query(number);
+  if (found.empty() && number && !id.empty()) found = query(false);
   if (found.empty()) return std::nullopt;
-  if (found.size() > 1 && !number)
-    throw UsageError("archive: '" + id + "' matches several entries; give more digits or the entry number");
   for (const auto& f : read_files(db_, path_, found[0].seq)) found[0].files.push_back(f.first);
   return found[0];
 }
