@@ -19,6 +19,7 @@
 #include "repro/audit/drift_size.hpp"
 #include "repro/audit/isolation.hpp"
 #include "repro/audit/device_axis.hpp"
+#include "repro/audit/spec_axis.hpp"
 #include "repro/audit/tp_axis.hpp"
 #include "repro/audit/panel.hpp"
 #include "repro/audit/plan.hpp"
@@ -200,6 +201,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   analyze_isolation(r);       // --isolation: leakage between rows (src/audit/isolation.cpp)
   analyze_tp(r);              // --tp: each TP size against TP 1 (src/audit/tp_axis.cpp)
   analyze_devices(r);         // --devices: each device against the first (src/audit/device_axis.cpp)
+  analyze_speculative(r);     // --speculative: each setting against off (src/audit/spec_axis.cpp)
   record_endpoint_token_text(r);  // endpoints: divergent tokens as the text their logprobs named
   compute_advice(r);          // what to do about the findings (src/audit/advice.cpp)
 }
@@ -310,6 +312,7 @@ std::string repro_command(const AuditReport& r, const Completion& c) {
   }
   cmd += " --batch-size " + std::to_string(c.batch_size) + " --position " + std::to_string(c.position);
   if (c.tp != 1) cmd += " --tp " + std::to_string(c.tp) + (c.allreduce.empty() ? "" : " --allreduce " + c.allreduce);
+  if (!c.speculative.empty() && c.speculative != "off") cmd += " --speculative " + shell_quote(c.speculative);
   if (c.batch_size > 1) {
     cmd += " --filler-seed " + std::to_string(filler_seed + set);
     if (c.mate_join_step > 0) cmd += " --mate-join-step " + std::to_string(c.mate_join_step);

@@ -184,6 +184,7 @@ std::vector<std::string> config_drift(const AuditReport& a, const AuditReport& b
       if (k == "tp") return nlohmann::json::array({1});
       if (k == "allreduce") return nlohmann::json::array({"ring"});
       if (k == "devices") return nlohmann::json::array();  // ... and on one device
+      if (k == "speculative") return nlohmann::json::array();  // ... and without speculation
     }
     return v;
   };

@@ -18,10 +18,10 @@ namespace {
 
 // Everything of a completion's context but its device.
 using Twin = std::tuple<std::string, std::string, std::string, std::string, int, int, std::string, int, int,
-                        std::string, int, std::string, uint64_t, int>;
+                        std::string, int, std::string, uint64_t, int, std::string>;
 Twin twin_key(const Completion& c) {
   return {c.prompt_id, c.decoding_id, c.mode, c.precision, c.batch_size, c.position, c.filler_set,
-          c.mate_join_step, c.mate_prompt_delta, c.mate_contents, c.tp, c.allreduce, c.seed, c.repeat};
+          c.mate_join_step, c.mate_prompt_delta, c.mate_contents, c.tp, c.allreduce, c.seed, c.repeat, c.speculative};
 }
 
 bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }

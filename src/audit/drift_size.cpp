@@ -66,9 +66,10 @@ int reference_completion(const std::vector<Completion>& all, const std::vector<i
   auto key = [&](int i) {
     const Completion& c = all[i];
     int cache = c.cache_state == "warm" ? 1 : 0;
-    // The first device of --devices first ("" without the axis; "cpu" before "cuda"), then TP 1
-    // (then the first all-reduce order in name order: "" at TP 1)
-    return std::make_tuple(c.device, c.tp, c.allreduce, c.batch_size, c.position, filler_draw_index(c.filler_set),
+    // The first device of --devices first ("" without the axis; "cpu" before "cuda"), then without
+    // speculation, then TP 1 (then the first all-reduce order in name order: "" at TP 1)
+    const int spec = c.speculative.empty() || c.speculative == "off" ? 0 : 1;
+    return std::make_tuple(c.device, spec, c.tp, c.allreduce, c.batch_size, c.position, filler_draw_index(c.filler_set),
                            c.mate_join_step, c.mate_prompt_delta, cache, c.repeat, i);
   };
   for (int i : members)

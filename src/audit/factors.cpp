@@ -33,6 +33,8 @@ const Factor kFactors[] = {
     {FactorId::AllReduce, "allreduce", [](const Completion& c) { return c.allreduce; }, false,
      "the all-reduce order"},
     {FactorId::Device, "device", [](const Completion& c) { return c.device; }, false, "the device (CPU or GPU)"},
+    {FactorId::Speculative, "speculative", [](const Completion& c) { return c.speculative; }, false,
+     "the speculative decoding setting"},
 };
 
 }  // namespace

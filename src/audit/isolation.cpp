@@ -18,10 +18,10 @@ namespace {
 
 // Everything of a completion's context but its batch mates' contents.
 using Key = std::tuple<std::string, std::string, std::string, std::string, int, int, std::string, int, int, uint64_t,
-                       int, int, std::string, std::string>;
+                       int, int, std::string, std::string, std::string>;
 Key shape_key(const Completion& c) {
   return {c.prompt_id, c.decoding_id, c.mode, c.precision, c.batch_size, c.position, c.filler_set,
-          c.mate_join_step, c.mate_prompt_delta, c.seed, c.repeat, c.tp, c.allreduce, c.device};
+          c.mate_join_step, c.mate_prompt_delta, c.seed, c.repeat, c.tp, c.allreduce, c.device, c.speculative};
 }
 
 bool same_output(const Completion& a, const Completion& b) {

@@ -188,6 +188,8 @@ PlanOptions plan_from_report(const AuditReport& r) {
     // ... and on one device.
     static const nlohmann::json kNoDevices = nlohmann::json::array();
     if (!v && std::string(opt.report_key) == "devices") v = &kNoDevices;
+    // ... and without speculative decoding.
+    if (!v && std::string(opt.report_key) == "speculative") v = &kNoDevices;
     // A remote run records no settings of the local engine: they keep their defaults.
     const nlohmann::json local_default = opt.get(PlanOptions{});
     if (!v && opt.local_only() && r.environment.is_object() && r.environment.contains("endpoints")) v = &local_default;
@@ -287,6 +289,12 @@ void validate_plan(const PlanOptions& o, int context_length) {
         if (m != "default" && m != "batch-invariant" && m != "invariant")
           throw UsageError("--devices cuda: the cuda op tables run default and batch-invariant only; drop '" + m +
                            "' from --modes, or cuda from --devices");
+  }
+  if (!o.speculative.empty()) {
+    if (std::set<std::string>(o.speculative.begin(), o.speculative.end()).size() != o.speculative.size())
+      throw UsageError("--speculative: each setting once (e.g. off,ngram:3,ngram:8)");
+    if (std::find(o.devices.begin(), o.devices.end(), "cuda") != o.devices.end())
+      throw UsageError("--speculative is not implemented on cuda: drop cuda from --devices, or drop --speculative");
   }
   if (o.replicate_shards && o.shard.empty())
     throw UsageError("--replicate-shards runs the whole plan on every shard of --shard K/N (or --shard auto); give "
@@ -539,6 +547,8 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
   if (tps.empty()) tps.push_back({1, ""});
   std::vector<std::string> devices = o.devices;
   if (devices.empty()) devices.push_back("");  // the engine's --device, no axis
+  std::vector<std::string> specs = o.speculative;
+  if (specs.empty()) specs.push_back("");  // no speculation, no axis
   for (int b : sizes) {
     std::set<int> positions;
     for (const auto& p : o.positions) {
@@ -555,11 +565,12 @@ std::vector<ContextCell> context_cells(const PlanOptions& o) {
         for (int j : std::set<int>(joins.begin(), joins.end()))
           for (int d : std::set<int>(deltas.begin(), deltas.end()))
             for (const auto& [tp, ar] : tps)
-              for (const auto& dev : devices) {
-                out.push_back({b, pos, f, j, d, false, tp, ar, dev});
-                if (o.isolation && b > 1)
-                  out.push_back({b, pos, f, j, d, true, tp, ar, dev});  // same shapes, other contents
-              }
+              for (const auto& dev : devices)
+                for (const auto& sp : specs) {
+                  out.push_back({b, pos, f, j, d, false, tp, ar, dev, sp});
+                  if (o.isolation && b > 1)
+                    out.push_back({b, pos, f, j, d, true, tp, ar, dev, sp});  // same shapes, other contents
+                }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "repro/common/error.hpp"
 #include "repro/common/json.hpp"
 #include "repro/common/util.hpp"
+#include "repro/engine/engine.hpp"
 #include "repro/structured/json_schema.hpp"
 
 namespace repro {
@@ -53,6 +55,17 @@ bool format_spec(const json& v) {
   return one_of(json(s.substr(0, eq)), {"json", "md", "markdown", "html", "junit"});
 }
 
+// off, ngram:K or draft:FILE:K with K from 1 to 32 (the draft file is read when the run starts).
+bool speculative_setting(const json& v) {
+  if (!v.is_string()) return false;
+  try {
+    parse_speculative(v.get<std::string>());
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
 bool position(const json& v) {
   if (v.is_number_integer()) return int_in(v, 0, 1 << 20);
   if (!v.is_string()) return false;
@@ -76,7 +89,7 @@ std::vector<T> as_list(const json& v) {
 }  // namespace
 
 bool PlanOption::local_only() const {
-  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "tp_sizes", "allreduces", "devices",
+  static const std::set<std::string> local = {"modes", "precisions", "batch_sizes", "tp_sizes", "allreduces", "devices", "speculative",
                                               "positions", "filler_sets",
                                               "filler_seed", "prompt_tokens", "generated_prompts", "mate_join_steps",
                                               "mate_prompt_deltas", "long_context_model", "threads"};
@@ -132,6 +145,18 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.devices); },
      [](PlanOptions& o, const json& v) { o.devices = as_list<std::string>(v); },
      [](const json& v) { return one_of(v, {"cpu", "cuda"}); }, "cpu or cuda", true},
+    {"speculative", OptionType::TextList, "--speculative", "speculative", "speculative",
+     "Speculative decoding as a factor: settings to run every batch context with, comma-separated: off, ngram:K "
+     "(prompt lookup), draft:FILE:K (a draft model with the same vocabulary); K tokens drafted per step, 1 to 32. "
+     "Each completion with speculation is compared with its twin without it (off is added first when missing)",
+     true,
+     [](const PlanOptions& o) { return json(o.speculative); },
+     [](PlanOptions& o, const json& v) {
+       o.speculative = as_list<std::string>(v);
+       if (!o.speculative.empty() && std::find(o.speculative.begin(), o.speculative.end(), "off") == o.speculative.end())
+         o.speculative.insert(o.speculative.begin(), "off");  // the reference every setting is compared with
+     },
+     speculative_setting, "off, ngram:K or draft:FILE:K with K from 1 to 32", true},
     {"positions", OptionType::TextList, "--positions", "positions", "positions",
      "Probe positions in the batch: first,middle,last or indices (an index no batch size holds is refused; one only "
      "the larger batch sizes hold is skipped for the smaller ones, with a note)", true,

@@ -155,6 +155,10 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (q.given("--devices"))
       throw UsageError("--devices runs the local engine on each device; an endpoint's device is its server's: "
                        "drop --devices with --endpoint (compare two servers with --endpoint A=URL --endpoint B=URL)");
+    if (q.given("--speculative"))
+      throw UsageError("--speculative sets speculative decoding in the local engine; an endpoint's is its server's: "
+                       "drop --speculative with --endpoint, and compare a server with speculation and one without "
+                       "as --endpoint spec=URL --endpoint plain=URL (docs/REMOTE.md)");
     if (q.given("--chat-template"))
       throw UsageError("--chat-template renders messages for the local engine; endpoints apply their own "
                        "templates: drop it with --endpoint");
@@ -187,6 +191,9 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (!plan.devices.empty() && q.given("--device"))
       throw UsageError("--device and --devices exclude each other: --devices runs every batch context on each "
                        "device it names; drop --device");
+    if (!plan.speculative.empty() && run.engine.device != Device::Cpu)
+      throw UsageError("--speculative is not implemented on --device " + std::string(device_name(run.engine.device)) +
+                       "; use --device cpu, or drop --speculative");
     validate_plan(plan, run.model->config.context_length);
     // Every --tp size must divide the model (heads, KV heads, FFN hidden size, weight blocks).
     for (int tp : plan.tp_sizes) check_tensor_parallel(*run.model, tp, "--tp");

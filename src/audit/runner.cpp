@@ -21,6 +21,7 @@
 #include "repro/audit/shards.hpp"
 #include "repro/engine/engine.hpp"
 #include "repro/kernels/backends.hpp"
+#include "repro/model/synth.hpp"
 #include "repro/structured/json_schema.hpp"
 #include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
@@ -36,7 +37,8 @@ std::string cell_key(const Completion& c) {
          (c.mate_join_step != 0 ? "|j" + std::to_string(c.mate_join_step) : "") +
          (c.mate_prompt_delta != 0 ? "|d" + std::to_string(c.mate_prompt_delta) : "") +
          (c.mate_contents.empty() ? "" : "|m" + c.mate_contents) + (c.tp != 1 ? "|tp" + std::to_string(c.tp) : "") +
-         (c.allreduce.empty() ? "" : "|" + c.allreduce) + (c.device.empty() ? "" : "|" + c.device);
+         (c.allreduce.empty() ? "" : "|" + c.allreduce) + (c.device.empty() ? "" : "|" + c.device) +
+         (c.speculative.empty() ? "" : "|s" + c.speculative);
 }
 
 std::string progress_line(const ProgressState& p, int width) {
@@ -213,6 +215,7 @@ Completion local_cell(const PlanOptions& plan, size_t pi, const DecodingCell& dc
   c.tp = cx.tp;
   c.allreduce = cx.allreduce;
   c.device = cx.device;
+  c.speculative = cx.speculative;
   c.seed = dc.seed;
   c.repeat = rep;
   return c;
@@ -304,27 +307,60 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
     return -1;
   };
 
-  // One engine per (device, precision, mode), and per TP size and all-reduce order, reused across
-  // cells (each batch leaves it empty); the TP ones are made when their first cell runs. All the
-  // others are made here, so a weight type a device's table does not read fails before any cell.
+  // The speculative settings of the axis (run --speculative): "" (none, no axis) or each setting; a
+  // draft model is read once per file, and its vocabulary is checked when the first engine is made.
+  std::vector<std::string> spec_names = plan.speculative;
+  if (spec_names.empty()) spec_names.push_back("");
+  std::vector<Speculative> specs;
+  std::map<std::string, std::shared_ptr<const Model>> drafts;
+  for (const auto& name : spec_names) {
+    Speculative sp = name.empty() ? Speculative{} : parse_speculative(name, "--speculative");
+    if (sp.kind == DraftKind::Model) {
+      auto& d = drafts[sp.draft_file];
+      try {
+        if (!d) d = std::shared_ptr<const Model>(load_model(resolve_model_spec(sp.draft_file)));
+      } catch (const UsageError& e) {
+        throw UsageError("--speculative " + name + ": " + e.what());
+      }
+      sp.draft = d;
+    }
+    specs.push_back(sp);
+  }
+  auto spec_index = [&](const std::string& name) -> size_t {
+    for (size_t i = 0; i < spec_names.size(); ++i)
+      if (spec_names[i] == name) return i;
+    throw std::logic_error("runner: a context's speculative setting is not the plan's");
+  };
+
+  // One engine per (device, precision, mode, speculative setting), and per TP size and all-reduce
+  // order, reused across cells (each batch leaves it empty); the TP ones are made when their first
+  // cell runs. All the others are made here, so a weight type a device's table does not read, or a
+  // draft of another vocabulary, fails before any cell.
   std::vector<Precision> precisions;
   for (const auto& p : plan.precisions) precisions.push_back(parse_precision(p, "--precisions"));
-  std::vector<std::vector<std::unique_ptr<Engine>>> engines(devices.size() * precisions.size());
+  auto options = [&](size_t di, size_t pr, size_t mi, size_t si) {
+    EngineOptions eo{parse_mode(plan.modes[mi]), plan.threads, devices[di].second, precisions[pr]};
+    eo.speculative = specs[si];
+    return eo;
+  };
+  std::map<std::tuple<size_t, size_t, size_t, size_t>, std::unique_ptr<Engine>> engines;
   for (size_t di = 0; di < devices.size(); ++di)
     for (size_t pr = 0; pr < precisions.size(); ++pr)
-      for (const auto& m : plan.modes)
-        engines[di * precisions.size() + pr].push_back(std::make_unique<Engine>(
-            model, EngineOptions{parse_mode(m), plan.threads, devices[di].second, precisions[pr]}));
-  std::map<std::tuple<int, size_t, size_t, int, std::string>, std::unique_ptr<Engine>> tp_engines;
+      for (size_t mi = 0; mi < plan.modes.size(); ++mi)
+        for (size_t si = 0; si < specs.size(); ++si)
+          engines[{di, pr, mi, si}] = std::make_unique<Engine>(model, options(di, pr, mi, si));
+  std::map<std::tuple<size_t, size_t, size_t, size_t, int, std::string>, std::unique_ptr<Engine>> tp_engines;
   auto engine_for = [&](size_t pr, size_t mi, const ContextCell& cx) -> Engine& {
-    const int di = device_index(cx.device);
-    if (cx.tp == 1) return *engines[static_cast<size_t>(di) * precisions.size() + pr][mi];
-    auto& e = tp_engines[{di, pr, mi, cx.tp, cx.allreduce}];
-    if (!e)
-      e = std::make_unique<Engine>(model, EngineOptions{parse_mode(plan.modes[mi]), plan.threads,
-                                                        devices[static_cast<size_t>(di)].second, precisions[pr], cx.tp,
-                                                        parse_allreduce(cx.allreduce.empty() ? "ring" : cx.allreduce,
-                                                                        "--allreduce")});
+    const size_t di = static_cast<size_t>(device_index(cx.device));
+    const size_t si = spec_index(cx.speculative);
+    if (cx.tp == 1) return *engines.at({di, pr, mi, si});
+    auto& e = tp_engines[{di, pr, mi, si, cx.tp, cx.allreduce}];
+    if (!e) {
+      EngineOptions eo = options(di, pr, mi, si);
+      eo.tp = cx.tp;
+      eo.allreduce = parse_allreduce(cx.allreduce.empty() ? "ring" : cx.allreduce, "--allreduce");
+      e = std::make_unique<Engine>(model, eo);
+    }
     return *e;
   };
 
@@ -382,8 +418,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
   // measured cell of each mode does not pay for starting threads, faulting in memory-mapped weights
   // and cold caches. Its tokens never reach the report; every engine is empty again afterwards.
   if (static_cast<int>(done.size()) < total && total > 0 && !prompt_ids.empty() && !prompt_ids[0].empty())
-    for (auto& per_mode : engines)
-      for (auto& engine : per_mode) {
+    for (auto& [key, engine] : engines) {
         if (ctl.stop && ctl.stop->load()) return;
         GenRequest w;
         w.prompt.assign(prompt_ids[0].begin(),
@@ -401,9 +436,10 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             Completion c = local_cell(plan, pi, dc, cx, rep, pr, mi);
             if (!mine.count(case_id(c))) continue;  // another shard's case
             const int64_t work = static_cast<int64_t>(cx.batch_size) * plan.max_tokens;
-            const std::string current = fmt::format("{} {} batch {}{}{}", c.mode, c.precision, cx.batch_size,
+            const std::string current = fmt::format("{} {} batch {}{}{}{}", c.mode, c.precision, cx.batch_size,
                                                     cx.tp == 1 ? "" : " tp " + std::to_string(cx.tp),
-                                                    cx.device.empty() ? "" : " " + cx.device);
+                                                    cx.device.empty() ? "" : " " + cx.device,
+                                                    cx.speculative.empty() ? "" : " spec " + cx.speculative);
             if (done.count(cell_key(c))) {
               progress.tick(work, false, current, diverged.count());
               continue;
@@ -455,10 +491,14 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             c.batch_seconds = run.seconds;
             c.prompt_tokens = g.prompt_tokens;
             c.completion_tokens = static_cast<int>(g.tokens.size());
+            c.spec_drafted = g.spec.drafted;
+            c.spec_accepted = g.spec.accepted;
+            c.spec_verify_steps = g.spec.verify_steps;
             diverged.add(c);
             report.completions.push_back(std::move(c));
-            // A mode's throughput is its first device's (the trade-off table compares modes on one device).
-            if (device_index(cx.device) == 0)
+            // A mode's throughput is its first device's without speculation (the trade-off table compares
+            // modes on one device; speculation has its own rows).
+            if (device_index(cx.device) == 0 && (cx.speculative.empty() || cx.speculative == "off"))
               add_throughput(report, plan.modes[mi], plan.precisions[pr], cx.batch_size, gen_tokens, gen_seconds);
             progress.tick(work, true, current, diverged.count(), gen_seconds);
             cp.maybe(report);

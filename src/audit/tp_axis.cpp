@@ -18,10 +18,10 @@ namespace {
 
 // Everything of a completion's context but its TP size and all-reduce order.
 using Twin = std::tuple<std::string, std::string, std::string, std::string, int, int, std::string, int, int,
-                        std::string, uint64_t, int, std::string>;
+                        std::string, uint64_t, int, std::string, std::string>;
 Twin twin_key(const Completion& c) {
   return {c.prompt_id, c.decoding_id, c.mode, c.precision, c.batch_size, c.position, c.filler_set,
-          c.mate_join_step, c.mate_prompt_delta, c.mate_contents, c.seed, c.repeat, c.device};
+          c.mate_join_step, c.mate_prompt_delta, c.mate_contents, c.seed, c.repeat, c.device, c.speculative};
 }
 
 bool same_bits(const Completion& a, const Completion& b) {

@@ -28,6 +28,7 @@
 #include <map>
 #include <tuple>
 
+#include "repro/audit/drift_size.hpp"
 #include "repro/audit/stats.hpp"
 
 namespace repro {
@@ -35,6 +36,10 @@ namespace repro {
 namespace {
 
 bool greedy(const std::string& decoding_id) { return decoding_id == "greedy"; }
+
+// Without speculative decoding: no run --speculative axis, or its "off" setting. The rows of the
+// approaches and every speed ratio's baseline are measured on these; speculation has its own rows.
+bool spec_off(const Completion& c) { return c.speculative.empty() || c.speculative == "off"; }
 
 // A completion of the local engine: no remote response metadata (the rule analysis.cpp applies).
 bool is_local(const Completion& c) {
@@ -73,6 +78,114 @@ const std::vector<Selector>& selectors() {
        "add default to --modes and a temperature above 0 to --temperatures (one --seeds value is replayed)"},
   };
   return s;
+}
+
+// run --speculative: a row per mode and setting other than off, of the mode's greedy completions
+// with that setting. Reproducibility against each case's reference completion (the reference context
+// without speculation, as for every row); speed against default greedy without speculation in the
+// same context.
+void add_speculative_rows(AuditReport& r, const std::string& precision) {
+  if (!r.plan.is_object() || !r.plan.contains("speculative") || !r.plan["speculative"].is_array()) return;
+  std::vector<std::string> settings;
+  for (const auto& e : r.plan["speculative"])
+    if (e.is_string() && e.get<std::string>() != "off") settings.push_back(e.get<std::string>());
+  if (settings.empty()) return;
+  // The members of each greedy case at the table's precision: (prompt, mode) -> completion indices.
+  std::map<std::pair<std::string, std::string>, std::vector<int>> members;
+  for (size_t i = 0; i < r.completions.size(); ++i) {
+    const Completion& c = r.completions[i];
+    if (c.error.empty() && is_local(c) && c.precision == precision && greedy(c.decoding_id))
+      members[{c.prompt_id, c.mode}].push_back(static_cast<int>(i));
+  }
+  std::vector<std::string> modes;
+  for (const auto& [key, m] : members)
+    if (std::find(modes.begin(), modes.end(), key.second) == modes.end()) modes.push_back(key.second);
+  if (r.plan.contains("modes") && r.plan["modes"].is_array()) {  // the plan's order
+    std::vector<std::string> ordered;
+    for (const auto& m : r.plan["modes"])
+      if (m.is_string() && std::find(modes.begin(), modes.end(), m.get<std::string>()) != modes.end())
+        ordered.push_back(m.get<std::string>());
+    modes = ordered;
+  }
+  for (const auto& mode : modes)
+    for (const auto& setting : settings) {
+      TradeoffRow row;
+      row.approach = mode + " + speculative " + setting;
+      row.mode = mode;
+      row.decoding = "greedy";
+      row.precision = precision;
+      row.speculative = setting;
+      int tarr = 0, tok = 0, bit = 0, compared = 0;
+      int64_t steps = 0;
+      double sum_dlp = 0;
+      for (const auto& [key, m] : members) {
+        if (key.second != mode) continue;
+        const int ref = reference_completion(r.completions, m);
+        if (ref < 0) continue;
+        const Completion& b = r.completions[static_cast<size_t>(ref)];
+        int n = 0;
+        bool all_same = true;
+        for (int i : m) {
+          const Completion& c = r.completions[static_cast<size_t>(i)];
+          if (c.speculative != setting) continue;
+          ++n;
+          const bool tokens_differ = c.tokens != b.tokens;
+          const bool bits_differ = tokens_differ || c.logits_sha256 != b.logits_sha256 || c.logprobs != b.logprobs;
+          tok += tokens_differ;
+          bit += bits_differ;
+          all_same = all_same && !tokens_differ;  // TARr is token for token, as in every row
+          ++compared;
+          size_t common = 0;
+          while (common < c.tokens.size() && common < b.tokens.size() && c.tokens[common] == b.tokens[common]) ++common;
+          const size_t k = std::min({common + (tokens_differ ? 1 : 0), c.logprobs.size(), b.logprobs.size()});
+          for (size_t s = 0; s < k; ++s) {
+            const double d = std::fabs(static_cast<double>(c.logprobs[s]) - static_cast<double>(b.logprobs[s]));
+            row.max_dlogprob = std::max(row.max_dlogprob.value_or(0.0), d);
+            sum_dlp += d;
+            ++steps;
+          }
+        }
+        if (n == 0) continue;
+        row.cases++;
+        row.n_min = row.cases == 1 ? n + 1 : std::min(row.n_min, n + 1);
+        row.n_max = std::max(row.n_max, n + 1);
+        tarr += all_same;
+      }
+      if (row.cases == 0) {
+        row.note = "no greedy completion of " + mode + " mode ran with --speculative " + setting;
+        r.tradeoff.push_back(std::move(row));
+        continue;
+      }
+      row.measured = true;
+      row.tarr = wilson(tarr, row.cases);
+      row.token_differ = wilson(tok, compared);
+      row.bit_differ = wilson(bit, compared);
+      if (steps > 0) row.mean_dlogprob = sum_dlp / static_cast<double>(steps);
+      int64_t tokens = 0;
+      double seconds = 0;
+      auto pick = [&](const Completion& c) {
+        return c.mode == mode && c.precision == precision && greedy(c.decoding_id) && c.speculative == setting;
+      };
+      for (const auto& c : r.completions)
+        if (c.error.empty() && pick(c) && batch_rate(c) > 0) {
+          tokens += c.batch_tokens;
+          seconds += c.batch_seconds;
+        }
+      row.tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
+      const SpeedRatio sp = speed_ratio_of(r, pick, [&](const Completion& c) {
+        return c.mode == "default" && c.precision == precision && greedy(c.decoding_id) && spec_off(c);
+      });
+      row.speed_n = sp.n;
+      row.speed_mean = sp.mean;
+      row.speed_sd = sp.sd;
+      row.speed_min = sp.min;
+      row.speed_max = sp.max;
+      row.note = fmt::format("{} greedy case(s) of {} mode at {} with speculative decoding {}; N = the reference "
+                             "context without speculation and the setting's completions",
+                             row.cases, mode, precision, setting);
+      if (row.speed_n == 0) row.note += "; speed not measured: default greedy without speculation did not run in the same contexts";
+      r.tradeoff.push_back(std::move(row));
+    }
 }
 
 }  // namespace
@@ -132,9 +245,12 @@ SpeedRatio speed_ratio(const AuditReport& r, const std::string& mode, const std:
   return speed_ratio_of(
       r,
       [&](const Completion& c) {
-        return c.mode == mode && c.precision == precision && greedy(c.decoding_id) != sampled && in_batch(c);
+        return c.mode == mode && c.precision == precision && greedy(c.decoding_id) != sampled && in_batch(c) &&
+               spec_off(c);
       },
-      [&](const Completion& c) { return c.mode == base && c.precision == precision && greedy(c.decoding_id); });
+      [&](const Completion& c) {
+        return c.mode == base && c.precision == precision && greedy(c.decoding_id) && spec_off(c);
+      });
 }
 
 std::string speed_text(const SpeedRatio& s) {
@@ -219,7 +335,8 @@ void compute_tradeoff(AuditReport& r) {
     int64_t tokens = 0;
     double seconds = 0;
     for (const auto& c : all) {
-      if (!c.error.empty() || c.mode != s.mode || c.precision != precision || greedy(c.decoding_id) == s.sampled)
+      if (!c.error.empty() || c.mode != s.mode || c.precision != precision || greedy(c.decoding_id) == s.sampled ||
+          !spec_off(c))
         continue;
       const double rate = batch_rate(c);
       if (rate <= 0) continue;
@@ -249,6 +366,7 @@ void compute_tradeoff(AuditReport& r) {
     row.note = how;
     r.tradeoff.push_back(std::move(row));
   }
+  add_speculative_rows(r, precision);
 }
 
 }  // namespace repro

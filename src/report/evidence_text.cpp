@@ -3,6 +3,8 @@
 // tests of sampled cases, as plain-text tables and finding lines (each writer escapes and renders them).
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "repro/audit/cobatch.hpp"
 #include "repro/report/report.hpp"
 
@@ -113,6 +115,29 @@ TextTable device_table(const AuditReport& r) {
   return t;
 }
 
+TextTable speculative_table(const AuditReport& r) {
+  TextTable t;
+  t.head = {"mode", "speculative", "greedy compared", "bits differ", "tokens differ (fork)", "fork step first / median",
+            "agrees with", "acceptance", "tokens / verify step", "max |dlogprob|", "first difference"};
+  auto rate = [](const Rate& x) { return x.n == 0 ? std::string("-") : fmt::format("{}/{}", x.k, x.n); };
+  for (const auto& ms : r.summary.modes)
+    for (const auto& s : ms.speculative) {
+      std::string agrees;
+      for (const auto& g : ms.spec_groups)
+        if (std::find(g.begin(), g.end(), s.speculative) != g.end())
+          for (const auto& other : g)
+            if (other != s.speculative) agrees += (agrees.empty() ? "" : ", ") + other;
+      t.rows.push_back({mode_label(ms.mode, ms.precision), s.speculative, std::to_string(s.bit_differ.n),
+                        rate(s.bit_differ), rate(s.token_differ),
+                        s.fork_first ? fmt::format("{} / {:g}", *s.fork_first, *s.fork_median) : "-",
+                        agrees.empty() ? "-" : agrees, s.acceptance ? fmt::format("{:.2f}", *s.acceptance) : "-",
+                        s.tokens_per_verify ? fmt::format("{:.2f}", *s.tokens_per_verify) : "-",
+                        s.max_dlogprob ? fmt::format("{:.3g}", *s.max_dlogprob) : "-",
+                        s.first_diff.empty() ? "-" : s.first_diff});
+    }
+  return t;
+}
+
 std::vector<std::string> evidence_findings(const AuditReport& r) {
   std::vector<std::string> out;
   for (const auto& e : r.evidence) {
@@ -129,6 +154,8 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
   for (const auto& f : r.summary.device_findings) out.push_back(f);
   for (const auto& ms : r.summary.modes)
     if (!ms.device_finding.empty()) out.push_back(ms.device_finding);
+  for (const auto& ms : r.summary.modes)
+    if (!ms.spec_finding.empty()) out.push_back(ms.spec_finding);
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
       if (!m.agrees && m.completions > 0)

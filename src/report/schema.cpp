@@ -73,6 +73,10 @@ void describe(V& v, T& x) {
   v.only_if(x.tp != 1, "tp", x.tp);
   v.only_if(!x.allreduce.empty(), "allreduce", x.allreduce);
   v.only_if(!x.device.empty(), "device", x.device);  // run --devices only
+  v.only_if(!x.speculative.empty(), "speculative", x.speculative);  // run --speculative only
+  v.only_if(!x.speculative.empty(), "spec_drafted", x.spec_drafted);
+  v.only_if(!x.speculative.empty(), "spec_accepted", x.spec_accepted);
+  v.only_if(!x.speculative.empty(), "spec_verify_steps", x.spec_verify_steps);
   v("seed", x.seed);
   v("repeat", x.repeat);
   v("cache_state", x.cache_state);
@@ -396,6 +400,7 @@ void describe(V& v, T& x) {
   v("mode", x.mode);
   v("decoding", x.decoding);
   v("precision", x.precision);
+  v.only_if(!x.speculative.empty(), "speculative", x.speculative);  // run --speculative rows only
   v("measured", x.measured);
   v("note", x.note);
   v("cases", x.cases);
@@ -448,6 +453,23 @@ void describe(V& v, T& x) {
   v("max_dlogprob", x.max_dlogprob);
 }
 
+template <class V, Is<SpecRow> T>
+void describe(V& v, T& x) {
+  v("speculative", x.speculative);
+  v("bit_differ", x.bit_differ);
+  v("token_differ", x.token_differ);
+  v("fork_first", x.fork_first);
+  v("fork_median", x.fork_median);
+  v("first_diff", x.first_diff);
+  v("max_dlogprob", x.max_dlogprob);
+  v("drafted", x.drafted);
+  v("accepted", x.accepted);
+  v("verify_steps", x.verify_steps);
+  v("acceptance", x.acceptance);
+  v("tokens_per_verify", x.tokens_per_verify);
+  v("sampled_token_differ", x.sampled_token_differ);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -477,6 +499,9 @@ void describe(V& v, T& x) {
   v.only_if(!x.tp.empty(), "tp_finding", x.tp_finding);
   v.only_if(!x.devices.empty(), "devices", x.devices);                            // run --devices only
   v.only_if(!x.devices.empty(), "device_finding", x.device_finding);
+  v.only_if(!x.speculative.empty(), "speculative", x.speculative);                // run --speculative only
+  v.only_if(!x.speculative.empty(), "spec_groups", x.spec_groups);
+  v.only_if(!x.speculative.empty(), "spec_finding", x.spec_finding);
 }
 
 template <class V, Is<PromptVariant> T>

@@ -30,6 +30,7 @@ enum class FactorId {
   Tp,                 // "tp": simulated tensor-parallel size (local)
   AllReduce,          // "allreduce": its all-reduce order ("" at TP 1 and 2)
   Device,             // "device": the device of run --devices ("" without the axis)
+  Speculative,        // "speculative": the setting of run --speculative ("" without the axis)
 };
 
 struct Factor {
@@ -50,7 +51,8 @@ inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorI
                                                  FactorId::MatePromptDelta, FactorId::MateContents,
                                                  FactorId::Seed,
                                                  FactorId::Tp,           FactorId::AllReduce,
-                                                 FactorId::Device,       FactorId::Host};
+                                                 FactorId::Device,       FactorId::Speculative,
+                                                 FactorId::Host};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
                                                   FactorId::SystemFingerprint, FactorId::Host};
 // The drift-size tables, for both (an endpoint's concurrency is its batch_size there).
@@ -59,7 +61,8 @@ inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       Fact
                                                  FactorId::MateContents,
                                                  FactorId::Seed,            FactorId::CacheState, FactorId::Repeat,
                                                  FactorId::Tp,              FactorId::AllReduce,
-                                                 FactorId::Device,          FactorId::Host};
+                                                 FactorId::Device,          FactorId::Speculative,
+                                                 FactorId::Host};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).
 enum class FactorUse { Clusters, DriftSize };

@@ -45,6 +45,10 @@ struct PlanOptions {
   // each completion off the first device is compared with its twin on it. Empty: the engine's
   // --device only, no axis.
   std::vector<std::string> devices;
+  // Speculative decoding as an audit axis (run --speculative off,ngram:3,draft:FILE:4): every batch
+  // context runs with each setting, and each completion with speculation is compared with its twin
+  // without it ("off", put first when the list lacks it). Empty: no axis, no speculation.
+  std::vector<std::string> speculative;
   std::vector<std::string> positions = {"first", "last"};  // first | middle | last | <int>
   int filler_sets = 2;
   uint64_t filler_seed = 1;
@@ -162,10 +166,11 @@ struct ContextCell {
   int tp = 1;                   // simulated tensor-parallel size
   std::string allreduce;        // its all-reduce order ("" at TP 1 and 2, where the orders agree)
   std::string device;           // run --devices: "cpu" / "cuda"; "" without the axis (the engine's --device)
+  std::string speculative;      // run --speculative: "off", "ngram:3", "draft:FILE:4"; "" without the axis
 };
 // Batch contexts: batch sizes x distinct resolved positions x filler sets x mate join steps x mate
 // prompt deltas (batch size 1: one, without batch mates) x TP sizes x all-reduce orders (one at TP
-// 1 and 2) x devices (run --devices). A numeric position a batch size cannot
+// 1 and 2) x devices (run --devices) x speculative settings (run --speculative). A numeric position a batch size cannot
 // hold (position >= batch size) is skipped for that batch size (see skipped_positions).
 std::vector<ContextCell> context_cells(const PlanOptions& o);
 

@@ -41,6 +41,10 @@ struct Completion {
   int tp = 1;                     // local: simulated tensor-parallel size (docs/ENGINE.md)
   std::string allreduce;          // local: its all-reduce order, "ring" / "tree"; "" at TP 1 and 2
   std::string device;             // local, run --devices: the device it ran on ("cpu" / "cuda"); "" without the axis
+  std::string speculative;        // local, run --speculative: "off", "ngram:3", "draft:FILE:4"; "" without the axis
+  // Speculative decoding of the probe (GenResult::spec): tokens drafted, drafted tokens accepted, and
+  // the decode steps that verified at least one; 0 without speculation.
+  int spec_drafted = 0, spec_accepted = 0, spec_verify_steps = 0;
   uint64_t seed = 0;
   int repeat = 0;
   std::string cache_state;        // remote: "cold" / "warm"; empty otherwise
@@ -312,6 +316,7 @@ struct TradeoffRow {
   std::string mode;               // the engine mode it ran in
   std::string decoding;           // "greedy" / "sampled, seed replayed"
   std::string precision;          // the activation precision the row measures (the run's first)
+  std::string speculative;        // run --speculative: the setting of a speculation row ("" for the others)
   bool measured = false;
   std::string note;               // how it was measured, or why it was not
   int cases = 0;                  // (prompt, decoding) cases of the approach
@@ -441,6 +446,28 @@ struct DeviceRow {
   std::optional<double> max_dlogprob;  // largest |delta logprob| of chosen tokens over the common prefix
 };
 
+// Speculative decoding as an audit axis (run --speculative; src/audit/spec_axis.cpp): one row per
+// setting other than off for a mode and precision. Each greedy completion with speculation is
+// compared with its twin without it: the same prompt, decoding, batch context, TP size, device, seed
+// and repeat.
+struct SpecRow {
+  std::string speculative;          // "ngram:3", "draft:FILE:4"
+  Rate bit_differ;                  // greedy completions whose bits differ from the twin
+  Rate token_differ;                // greedy completions whose tokens differ (they fork)
+  // Fork positions: the first step whose token differs from the twin's, over the forking completions
+  std::optional<int> fork_first;    // the earliest
+  std::optional<double> fork_median;
+  std::string first_diff;           // where the first differing completion is (plan order); "" when none
+  std::optional<double> max_dlogprob;  // largest |delta logprob| of chosen tokens over the common prefix
+  // The probes' speculation, over every completion of the setting (greedy and sampled)
+  int64_t drafted = 0, accepted = 0, verify_steps = 0;
+  std::optional<double> acceptance;       // accepted / drafted
+  std::optional<double> tokens_per_verify;  // (accepted + verify steps) / verify steps
+  // Sampled completions against their twins: at T > 0 the acceptance test draws from its own streams
+  // of the seed, so they may differ in any mode; counted apart, never in the greedy figures.
+  Rate sampled_token_differ;
+};
+
 struct ModeSummary {
   std::string mode;
   std::string precision;          // local: one row per (mode, precision); remote: empty
@@ -480,6 +507,11 @@ struct ModeSummary {
   // against cpu): identical in 96 of 96 completions")
   std::vector<DeviceRow> devices;
   std::string device_finding;
+  // run --speculative: each setting against off; which settings give the same greedy tokens
+  // everywhere (groups, off's first; settings with no greedy completions are left out); one line.
+  std::vector<SpecRow> speculative;
+  std::vector<std::vector<std::string>> spec_groups;
+  std::string spec_finding;
 };
 
 // How reports name a mode run at a precision: "default (bf16)"; the mode alone without a precision.
