@@ -293,7 +293,8 @@ void validate_plan(const PlanOptions& o, int context_length) {
   if (!o.speculative.empty()) {
     if (std::set<std::string>(o.speculative.begin(), o.speculative.end()).size() != o.speculative.size())
       throw UsageError("--speculative: each setting once (e.g. off,ngram:3,ngram:8)");
-    if (std::find(o.devices.begin(), o.devices.end(), "cuda") != o.devices.end())
+    const bool on = std::any_of(o.speculative.begin(), o.speculative.end(), [](const std::string& s) { return s != "off"; });
+    if (on && std::find(o.devices.begin(), o.devices.end(), "cuda") != o.devices.end())
       throw UsageError("--speculative is not implemented on cuda: drop cuda from --devices, or drop --speculative");
   }
   if (o.replicate_shards && o.shard.empty())

@@ -191,7 +191,8 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (!plan.devices.empty() && q.given("--device"))
       throw UsageError("--device and --devices exclude each other: --devices runs every batch context on each "
                        "device it names; drop --device");
-    if (!plan.speculative.empty() && run.engine.device != Device::Cpu)
+    if (std::any_of(plan.speculative.begin(), plan.speculative.end(), [](const std::string& s) { return s != "off"; }) &&
+        run.engine.device != Device::Cpu)
       throw UsageError("--speculative is not implemented on --device " + std::string(device_name(run.engine.device)) +
                        "; use --device cpu, or drop --speculative");
     validate_plan(plan, run.model->config.context_length);
