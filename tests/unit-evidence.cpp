@@ -383,6 +383,45 @@ TEST_CASE("replica panel: two replicas and a third serving other weights under t
   CHECK(test::slurp(out / "report.md").find("'c' leaves the panel's majority") != std::string::npos);
 }
 
+TEST_CASE("speculation on against off, two servers: batch-invariant serve agrees on every case; the panel says so") {
+  // docs/REMOTE.md "Speculative decoding: on against off": the control pair, one server verifying
+  // n-gram drafts and one without speculation, greedy, at concurrency 1 and 4.
+  REPRO_REQUIRE_MODELS(dir);
+  auto model = load_model((dir / "stories260K.gguf").string());
+  auto scratch = test::scratch_dir("evidence-spec-pair");
+  ServerOptions so;
+  so.port = 0;
+  so.max_batch = 16;
+  so.model_name = "story";
+  EngineOptions with{Mode::BatchInvariant, 1};
+  with.speculative = parse_speculative("ngram:3");
+  Server spec(*model, with, so), plain(*model, {Mode::BatchInvariant, 1}, so);
+  spec.start();
+  plain.start();
+  auto out = scratch / "run";
+  auto res = test::run_cli("run --quiet --endpoint spec=" + spec.url() + " --endpoint plain=" + plain.url() +
+                           " --api-model story --api completions --concurrency 1,4 --repeats 1 --max-tokens 64"
+                           " --no-cache-probe --prompt 'Once upon a time' --prompt 'Lily and Tom went to the park'"
+                           " --format json --out '" + out.string() + "'");
+  spec.stop();
+  plain.stop();
+  INFO(res.output);
+  AuditReport r = load_report((out / "report.json").string());
+  REQUIRE(r.panel.size() == 2);
+  for (const auto& pc : r.panel) {
+    CAPTURE(pc.prompt_id);
+    REQUIRE(pc.members.size() == 2);
+    CHECK(pc.agreeing == 2);
+  }
+  // serve's /info says which one speculates, and the posture records it
+  REQUIRE(r.evidence.size() == 2);
+  for (const auto& e : r.evidence) {
+    CAPTURE(e.endpoint);
+    REQUIRE(e.posture.info.contains("speculative"));
+    CHECK(e.posture.info["speculative"] == (e.endpoint == "spec" ? "ngram:3" : "off"));
+  }
+}
+
 TEST_CASE("--isolation: other batch-mate contents at the same shapes leave the probe's bits alone, in every mode") {
   REPRO_REQUIRE_MODELS(dir);
   auto out = test::scratch_dir("evidence-isolation");

@@ -139,7 +139,10 @@ TEST_CASE("speculative: --speculative text forms and the errors that name the fl
 TEST_CASE("speculative: the n-gram draft continues the latest earlier occurrence of the longest suffix") {
   // suffix [7 8] occurred at 1..2, followed by 9 4 7 8
   CHECK(ngram_draft({3, 7, 8, 9, 4, 7, 8}, 3) == std::vector<int>{9, 4, 7});
-  CHECK(ngram_draft({3, 7, 8, 9, 4, 7, 8}, 8) == std::vector<int>{9, 4, 7, 8});  // up to the end of the context
+  // past the end of the context, the text again with the match's period (4 here)
+  CHECK(ngram_draft({3, 7, 8, 9, 4, 7, 8}, 8) == std::vector<int>{9, 4, 7, 8, 9, 4, 7, 8});
+  // a one-token loop is drafted the whole width ahead
+  CHECK(ngram_draft({2, 5, 5, 5, 5}, 6) == std::vector<int>{5, 5, 5, 5, 5, 5});
   // the longest match wins over a later, shorter one: [1 2 3] at 0 (followed by 5) beats [2 3] at 6
   CHECK(ngram_draft({1, 2, 3, 5, 0, 0, 2, 3, 6, 1, 2, 3}, 1) == std::vector<int>{5});
   // the latest of equal matches: [4 4] at 3 (followed by 9), not at 0 (followed by 8)

@@ -92,7 +92,8 @@ bool read_info_route(const std::string& route, const std::string& body, Endpoint
       const bool invariant = mode == "batch-invariant" || mode == "deterministic" || mode == "tp-invariant";
       p.deterministic = mode.empty() ? "unknown" : invariant ? "on" : "off";
       p.batch_invariance = mode.empty() ? "unknown" : invariant ? "claimed" : "not claimed";
-      keep(p, j, {"mode", "max_batch", "device", "precision", "tp", "allreduce", "model", "model_sha256"});
+      keep(p, j, {"mode", "max_batch", "device", "precision", "tp", "allreduce", "speculative", "model",
+                  "model_sha256"});
       return true;
     }
     if (j.contains("model_id") && (j.contains("max_concurrent_requests") || j.contains("model_dtype"))) {  // TGI

@@ -82,8 +82,15 @@ std::vector<int> ngram_draft(const std::vector<int>& ctx, int width) {
       bool match = true;
       for (int i = 0; i < n && match; ++i) match = ctx[static_cast<size_t>(a + i)] == ctx[static_cast<size_t>(len - n + i)];
       if (!match) continue;
+      // What followed the match, and past the end of the context the same text again with the
+      // match's period (len - n - a): a loop of p tokens is drafted K tokens ahead, not p.
+      const int period = len - n - a;
       std::vector<int> out;
-      for (int i = a + n; i < len && static_cast<int>(out.size()) < width; ++i) out.push_back(ctx[static_cast<size_t>(i)]);
+      for (int i = a + n; static_cast<int>(out.size()) < width; ++i) {
+        int at = i;
+        while (at >= len) at -= period;
+        out.push_back(ctx[static_cast<size_t>(at)]);
+      }
       return out;
     }
   }

@@ -297,6 +297,7 @@ struct Server::Impl {
                 {"precision", precision_name(eopts.precision)},
                 {"tp", eopts.tp},
                 {"allreduce", allreduce_name(eopts.allreduce)},
+                {"speculative", speculative_name(eopts.speculative)},
                 {"max_batch", sched->max_batch()},
                 {"model", cx.name},
                 {"model_sha256", model.file_sha256},

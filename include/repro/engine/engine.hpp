@@ -92,7 +92,8 @@ struct GenResult {
 // rows; the draft tokens the target itself would have chosen are kept, the KV positions of the others
 // are written over by the next step.
 //   ngram:K        prompt lookup: the K tokens that followed the latest earlier occurrence of the
-//                  sequence's last kNgramMaxMatch..kNgramMinMatch tokens (the longest match wins)
+//                  sequence's last kNgramMaxMatch..kNgramMinMatch tokens (the longest match wins),
+//                  past the end of the sequence repeating with the match's period
 //   draft:FILE:K   a draft model with the target's vocabulary drafts K tokens, one batched step each
 enum class DraftKind { Off, Ngram, Model };
 inline constexpr int kMaxDraftWidth = 32;
@@ -113,8 +114,8 @@ std::string speculative_name(const Speculative& s);
 // another size, or a token whose text differs.
 void check_draft_vocabulary(const Model& target, const Model& draft, const std::string& draft_file,
                             const char* flag = "--speculative");
-// The n-gram (prompt lookup) draft for a sequence whose tokens so far are `ctx`: at most `width`
-// tokens, empty when no suffix of kNgramMinMatch tokens or more occurred before.
+// The n-gram (prompt lookup) draft for a sequence whose tokens so far are `ctx`: `width` tokens, or
+// none when no suffix of kNgramMinMatch tokens or more occurred before.
 std::vector<int> ngram_draft(const std::vector<int>& ctx, int width);
 
 struct EngineOptions {
