@@ -33,6 +33,8 @@ const Factor kFactors[] = {
     {FactorId::AllReduce, "allreduce", [](const Completion& c) { return c.allreduce; }, false,
      "the all-reduce order"},
     {FactorId::Device, "device", [](const Completion& c) { return c.device; }, false, "the device (CPU or GPU)"},
+    {FactorId::Routing, "routing", [](const Completion& c) { return c.routing_vs_reference; }, false,
+     "the router's expert choice (same or flipped against the reference)"},
 };
 
 }  // namespace

@@ -467,6 +467,8 @@ std::string html_variant_sections(const AuditReport& r) {
   if (auto tp = tp_table(r); !tp.rows.empty()) o += "<h2>Tensor parallelism against TP 1</h2>\n" + html_table(tp, "tp");
   if (auto dv = device_table(r); !dv.rows.empty())
     o += "<h2>Cross-device: each device against the first</h2>\n" + html_table(dv, "devices");
+  if (auto rt = routing_table(r); !rt.rows.empty())
+    o += "<h2>Expert routing against the reference</h2>\n" + html_table(rt, "routing");
   if (auto ef = evidence_findings(r); !ef.empty()) {
     o += "<ul id=\"evidence-findings\">\n";
     for (const auto& f : ef) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";

@@ -126,6 +126,8 @@ std::string md_variant_sections(const AuditReport& r) {
     o += "## Tensor parallelism against TP 1\n\n" + md_table(tp) + "\n";
   if (auto dv = device_table(r); !dv.rows.empty())
     o += "## Cross-device: each device against the first\n\n" + md_table(dv) + "\n";
+  if (auto rt = routing_table(r); !rt.rows.empty())
+    o += "## Expert routing against the reference\n\n" + md_table(rt) + "\n";
   if (auto ef = evidence_findings(r); !ef.empty()) {
     for (const auto& f : ef) o += "- **Finding:** " + cell(f) + "\n";
     o += "\n";

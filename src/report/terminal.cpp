@@ -197,6 +197,7 @@ std::string terminal_variant_sections(const AuditReport& r) {
   if (auto dist = distribution_table(r); !dist.rows.empty()) out += "sampled outputs as distributions:\n" + aligned(dist);
   if (auto tp = tp_table(r); !tp.rows.empty()) out += "tensor parallelism against TP 1:\n" + aligned(tp);
   if (auto dv = device_table(r); !dv.rows.empty()) out += "cross-device, each device against the first:\n" + aligned(dv);
+  if (auto rt = routing_table(r); !rt.rows.empty()) out += "expert routing against the reference:\n" + aligned(rt);
   for (const auto& f : evidence_findings(r)) out += "finding: " + f + "\n";
   // The terminal shows the cache table only when some endpoint's responses look replayed.
   if (auto findings = response_cache_findings(r); !findings.empty()) {
