@@ -148,9 +148,10 @@ void summarize_routing(AuditReport& r) {
       if (s.token_diverged == 0)
         line += "; tokens never diverge";
       else
-        line += fmt::format("; the first flip comes at or before the first token divergence in {} of {} diverging "
-                            "completion{} (at that same step in {})",
-                            s.flip_first, s.token_diverged, s.token_diverged == 1 ? "" : "s", s.flip_same_step);
+        line += fmt::format("; the first flip {} the first token divergence in {} of {} diverging completion{}{}",
+                            s.flip_same_step == 0 ? "precedes" : "precedes or coincides with", s.flip_first,
+                            s.token_diverged, s.token_diverged == 1 ? "" : "s",
+                            s.flip_same_step == 0 ? "" : fmt::format(" (at the same step in {})", s.flip_same_step));
     }
     if (s.fragile > 0)
       line += fmt::format("; {} fragile route{} in the references (top-k margin below the threshold)", s.fragile,

@@ -115,8 +115,8 @@ TextTable device_table(const AuditReport& r) {
 
 TextTable routing_table(const AuditReport& r) {
   TextTable t;
-  t.head = {"mode",         "compared",           "(step, layer) flips", "flips per layer", "completions flipped",
-            "flip first", "fragile routes", "min margin",          "first flip"};
+  t.head = {"mode",           "compared",       "(step, layer) flips", "flips per layer",
+            "completions flipped", "flip at or before token divergence", "fragile routes", "min margin", "first flip"};
   auto rate = [](const Rate& x) { return x.n == 0 ? std::string("-") : fmt::format("{}/{}", x.k, x.n); };
   for (const auto& ms : r.summary.modes) {
     if (!ms.routing) continue;
