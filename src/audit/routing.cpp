@@ -36,8 +36,8 @@ std::string percent(int k, int n) {
 
 }  // namespace
 
-std::optional<CaseRouting> compare_routing(std::vector<Completion>& all, const std::vector<int>& members, int reference,
-                                           double fragile_margin) {
+std::optional<CaseRouting> compare_routing(std::vector<Completion>& all, const std::vector<int>& members,
+                                           int reference, double fragile_margin) {
   for (int i : members) all[static_cast<size_t>(i)].routing_vs_reference.clear();
   if (reference < 0 || all[static_cast<size_t>(reference)].routing.empty()) return std::nullopt;
   const Completion& ref = all[static_cast<size_t>(reference)];
@@ -64,7 +64,8 @@ std::optional<CaseRouting> compare_routing(std::vector<Completion>& all, const s
     if (c.routing.empty()) continue;
     cr.compared++;
     size_t prefix = 0;
-    while (prefix < c.tokens.size() && prefix < ref.tokens.size() && c.tokens[prefix] == ref.tokens[prefix]) ++prefix;
+    while (prefix < c.tokens.size() && prefix < ref.tokens.size() && c.tokens[prefix] == ref.tokens[prefix])
+      ++prefix;
     const bool diverge = c.tokens != ref.tokens;
     cr.token_diverged += diverge;
     // Through the first divergent step: its routes still saw the reference's tokens.
@@ -140,22 +141,24 @@ void summarize_routing(AuditReport& r) {
     if (s.completions == 0) {
       line = who + ": nothing to compare (each case ran in one context only)";
     } else if (flips == 0) {
-      line = fmt::format("{}: no routing flips in {} completion{} ({} (step, layer) pairs compared)", who, s.completions,
-                         s.completions == 1 ? "" : "s", pairs);
+      line = fmt::format("{}: no routing flips in {} completion{} ({} (step, layer) pairs compared)", who,
+                         s.completions, s.completions == 1 ? "" : "s", pairs);
     } else {
-      line = fmt::format("{}: {} of (step, layer) pairs flip against the reference ({} of {}), in {} of {} completions", who,
-                         percent(flips, pairs), flips, pairs, s.flipped, s.completions);
+      line = fmt::format(
+          "{}: {} of (step, layer) pairs flip against the reference ({} of {}), in {} of {} completions", who,
+          percent(flips, pairs), flips, pairs, s.flipped, s.completions);
       if (s.token_diverged == 0)
         line += "; tokens never diverge";
       else
-        line += fmt::format("; the first flip {} the first token divergence in {} of {} diverging completion{}{}",
-                            s.flip_same_step == 0 ? "precedes" : "precedes or coincides with", s.flip_first,
-                            s.token_diverged, s.token_diverged == 1 ? "" : "s",
-                            s.flip_same_step == 0 ? "" : fmt::format(" (at the same step in {})", s.flip_same_step));
+        line += fmt::format(
+            "; the first flip {} the first token divergence in {} of {} diverging completion{}{}",
+            s.flip_same_step == 0 ? "precedes" : "precedes or coincides with", s.flip_first, s.token_diverged,
+            s.token_diverged == 1 ? "" : "s",
+            s.flip_same_step == 0 ? "" : fmt::format(" (at the same step in {})", s.flip_same_step));
     }
     if (s.fragile > 0)
-      line += fmt::format("; {} fragile route{} in the references (top-k margin below the threshold)", s.fragile,
-                          s.fragile == 1 ? "" : "s");
+      line += fmt::format("; {} fragile route{} in the references (top-k margin below the threshold)",
+                          s.fragile, s.fragile == 1 ? "" : "s");
     ms.routing = std::move(s);
     ms.routing_finding = line;
   }

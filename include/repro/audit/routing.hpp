@@ -23,8 +23,8 @@ namespace repro {
 // Sets Completion::routing_vs_reference of the case's members ("same" / "flipped" against
 // `reference`, an index into all; "" without traces on both) and returns the case's routing, unset
 // when no member has a trace. members: indices into all, errors excluded.
-std::optional<CaseRouting> compare_routing(std::vector<Completion>& all, const std::vector<int>& members, int reference,
-                                           double fragile_margin);
+std::optional<CaseRouting> compare_routing(std::vector<Completion>& all, const std::vector<int>& members,
+                                           int reference, double fragile_margin);
 
 // Fills ModeSummary::routing / routing_finding from the cases' routing (after compute_verdicts).
 void summarize_routing(AuditReport& r);
