@@ -20,6 +20,7 @@
 #include "repro/audit/isolation.hpp"
 #include "repro/audit/device_axis.hpp"
 #include "repro/audit/spec_axis.hpp"
+#include "repro/audit/routing.hpp"
 #include "repro/audit/tp_axis.hpp"
 #include "repro/audit/panel.hpp"
 #include "repro/audit/plan.hpp"
@@ -97,6 +98,10 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
     members[it->second].push_back(static_cast<int>(i));
   }
   for (size_t k = 0; k < r.cases.size(); ++k) {
+    // A mixture of experts: routing against the reference first, so the factor tables can show each
+    // member's "routing" (same / flipped) beside its contexts (src/audit/routing.cpp).
+    r.cases[k].routing = compare_routing(r.completions, members[k], reference_completion(all, members[k]),
+                                         r.fragile_margin);
     analyze_case(r.cases[k], all, members[k], hashes, extractor);
     analyze_drift_size(r.cases[k], all, members[k], r.fragile_margin);  // src/audit/drift_size.cpp
     r.cases[k].structured.reset();
@@ -202,6 +207,7 @@ void analyze(AuditReport& r, const GoldenReport* golden) {
   analyze_tp(r);              // --tp: each TP size against TP 1 (src/audit/tp_axis.cpp)
   analyze_devices(r);         // --devices: each device against the first (src/audit/device_axis.cpp)
   analyze_speculative(r);     // --speculative: each setting against off (src/audit/spec_axis.cpp)
+  summarize_routing(r);       // a mixture of experts: routing flips per mode (src/audit/routing.cpp)
   record_endpoint_token_text(r);  // endpoints: divergent tokens as the text their logprobs named
   compute_advice(r);          // what to do about the findings (src/audit/advice.cpp)
 }

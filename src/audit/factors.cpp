@@ -35,6 +35,8 @@ const Factor kFactors[] = {
     {FactorId::Device, "device", [](const Completion& c) { return c.device; }, false, "the device (CPU or GPU)"},
     {FactorId::Speculative, "speculative", [](const Completion& c) { return c.speculative; }, false,
      "the speculative decoding setting"},
+    {FactorId::Routing, "routing", [](const Completion& c) { return c.routing_vs_reference; }, false,
+     "the router's expert choice (same or flipped against the reference)"},
 };
 
 }  // namespace

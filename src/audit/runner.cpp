@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/core.h>
@@ -180,6 +181,24 @@ void record_steps(const GenResult& g, Completion& c) {
     c.top_ids.insert(c.top_ids.end(), st.top_ids, st.top_ids + kTopRecorded);
     c.top_logprobs.insert(c.top_logprobs.end(), st.top_logprobs, st.top_logprobs + kTopRecorded);
   }
+  // The routing trace (a mixture of experts, DecodeParams::routing_trace): experts per step and
+  // layer, and the margins, which are +infinity when every expert is chosen (no JSON form): then
+  // none are written.
+  c.routing.clear();
+  c.routing_margins.clear();
+  bool finite = true;
+  for (const auto& step : g.routing) {
+    std::vector<std::vector<int>> experts;
+    std::vector<float> margins;
+    for (const Route& rt : step) {
+      experts.push_back(rt.experts);
+      margins.push_back(rt.margin);
+      finite = finite && std::isfinite(rt.margin);
+    }
+    c.routing.push_back(std::move(experts));
+    c.routing_margins.push_back(std::move(margins));
+  }
+  if (!finite) c.routing_margins.clear();
 }
 
 namespace {
@@ -452,6 +471,7 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
             req.params.top_k = dc.cfg.top_k;
             req.params.seed = dc.seed;
             req.params.json_schema = constraint;
+            req.params.routing_trace = model.config.is_moe();  // the probe's routes (src/audit/routing.cpp)
             BatchContext bc{cx.batch_size, cx.position, plan.filler_seed + static_cast<uint64_t>(cx.filler_set),
                             cx.mate_join_step, cx.mate_prompt_delta, plan.prompt_tokens, cx.other_contents};
             Engine& engine = engine_for(pr, mi, cx);

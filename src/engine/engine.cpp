@@ -58,6 +58,7 @@ struct Engine::Impl {
   int next_handle = 0;
   int64_t generated = 0;
   std::vector<TokenRow> rows;
+  std::vector<int> logit_src;  // this step's logit rows: the index of each in `rows`
 
   bool alone;  // the table decodes one request at a time
   std::unique_ptr<Forward> dfwd;  // the draft model's forward pass (draft:FILE:K)
@@ -310,18 +311,33 @@ std::vector<int> Engine::step() {
   // ---- rows of this step: the whole prompt of each new sequence, one token of each other, and after
   // it the sequence's drafted tokens (verify rows: each gives the logits of the position after it) ----
   I.rows.clear();
+  I.logit_src.clear();
   for (auto& s : I.active) {
     if (!s->prefilled) {
       const auto& p = s->req.prompt;
       for (size_t i = 0; i < p.size(); ++i)
         I.rows.push_back({s->slot, p[i], static_cast<int>(i), i + 1 == p.size()});
+      I.logit_src.push_back(static_cast<int>(I.rows.size()) - 1);
     } else {
       I.rows.push_back({s->slot, s->last_token, s->n_past, true});
-      for (size_t i = 0; i < s->draft.size(); ++i)
+      I.logit_src.push_back(static_cast<int>(I.rows.size()) - 1);
+      for (size_t i = 0; i < s->draft.size(); ++i) {
         I.rows.push_back({s->slot, s->draft[i], s->n_past + 1 + static_cast<int>(i), true});
+        I.logit_src.push_back(static_cast<int>(I.rows.size()) - 1);
+      }
     }
   }
   const float* logits = I.fwd.run(I.rows);
+  // The routing trace of a sequence that asked for it: the routes of the row whose logits chose the
+  // token just taken (Forward::route holds this step's routes until the next run).
+  const int layers = I.model.config.n_layers;
+  auto trace = [&](Seq& s, size_t logit_row, size_t tokens_before) {
+    if (!s.req.params.routing_trace || !I.model.config.is_moe() || s.result.tokens.size() == tokens_before) return;
+    std::vector<Route> per_layer;
+    per_layer.reserve(static_cast<size_t>(layers));
+    for (int l = 0; l < layers; ++l) per_layer.push_back(I.fwd.route(I.logit_src[logit_row], l));
+    s.result.routing.push_back(std::move(per_layer));
+  };
 
   // ---- choose each sequence's next tokens; finished sequences leave the batch ----
   // A verify row is taken only while the drafted token before it was accepted: the positions after
@@ -337,7 +353,9 @@ std::vector<int> Engine::step() {
     if (!s->prefilled) {
       s->n_past += static_cast<int>(s->req.prompt.size());
       s->prefilled = true;
+      const size_t before = s->result.tokens.size();
       finish = I.take(*s, lg, -1, nullptr, &accepted, on_token);
+      trace(*s, j, before);
       ++j;
     } else {
       const size_t k = s->draft.size();
@@ -346,7 +364,9 @@ std::vector<int> Engine::step() {
         lg = logits + (j + i) * vocab;
         ++s->n_past;  // row i's token is the sequence's: its K/V stays
         const int drafted = i < k ? s->draft[i] : -1;
+        const size_t before = s->result.tokens.size();
         finish = I.take(*s, lg, drafted, i < s->draft_q.size() ? &s->draft_q[i] : nullptr, &accepted, on_token);
+        trace(*s, j + i, before);
         if (drafted >= 0 && accepted) ++taken;
         if (finish || drafted < 0 || !accepted) break;
       }

@@ -138,6 +138,25 @@ TextTable speculative_table(const AuditReport& r) {
   return t;
 }
 
+TextTable routing_table(const AuditReport& r) {
+  TextTable t;
+  t.head = {"mode",           "compared",       "(step, layer) flips", "flips per layer",
+            "completions flipped", "flip at or before token divergence", "fragile routes", "min margin", "first flip"};
+  auto rate = [](const Rate& x) { return x.n == 0 ? std::string("-") : fmt::format("{}/{}", x.k, x.n); };
+  for (const auto& ms : r.summary.modes) {
+    if (!ms.routing) continue;
+    const RoutingSummary& s = *ms.routing;
+    std::string layers;
+    for (size_t l = 0; l < s.layers.size(); ++l) layers += (l ? " " : "") + rate(s.layers[l]);
+    t.rows.push_back({mode_label(ms.mode, ms.precision), std::to_string(s.completions), rate(s.flips),
+                      layers.empty() ? "-" : layers, fmt::format("{}/{}", s.flipped, s.completions),
+                      fmt::format("{}/{}", s.flip_first, s.token_diverged), std::to_string(s.fragile),
+                      s.min_margin ? fmt::format("{:.3g}", *s.min_margin) : "-",
+                      s.first_flip.empty() ? "-" : s.first_flip});
+  }
+  return t;
+}
+
 std::vector<std::string> evidence_findings(const AuditReport& r) {
   std::vector<std::string> out;
   for (const auto& e : r.evidence) {
@@ -156,6 +175,7 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
     if (!ms.device_finding.empty()) out.push_back(ms.device_finding);
   for (const auto& ms : r.summary.modes)
     if (!ms.spec_finding.empty()) out.push_back(ms.spec_finding);
+    if (!ms.routing_finding.empty()) out.push_back(ms.routing_finding);
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
       if (!m.agrees && m.completions > 0)

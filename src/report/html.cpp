@@ -469,6 +469,8 @@ std::string html_variant_sections(const AuditReport& r) {
     o += "<h2>Cross-device: each device against the first</h2>\n" + html_table(dv, "devices");
   if (auto sp = speculative_table(r); !sp.rows.empty())
     o += "<h2>Speculative decoding: each setting against off</h2>\n" + html_table(sp, "speculative");
+  if (auto rt = routing_table(r); !rt.rows.empty())
+    o += "<h2>Expert routing against the reference</h2>\n" + html_table(rt, "routing");
   if (auto ef = evidence_findings(r); !ef.empty()) {
     o += "<ul id=\"evidence-findings\">\n";
     for (const auto& f : ef) o += "<li><b>Finding:</b> " + esc(f) + "</li>\n";

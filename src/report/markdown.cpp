@@ -128,6 +128,8 @@ std::string md_variant_sections(const AuditReport& r) {
     o += "## Cross-device: each device against the first\n\n" + md_table(dv) + "\n";
   if (auto sp = speculative_table(r); !sp.rows.empty())
     o += "## Speculative decoding: each setting against off\n\n" + md_table(sp) + "\n";
+  if (auto rt = routing_table(r); !rt.rows.empty())
+    o += "## Expert routing against the reference\n\n" + md_table(rt) + "\n";
   if (auto ef = evidence_findings(r); !ef.empty()) {
     for (const auto& f : ef) o += "- **Finding:** " + cell(f) + "\n";
     o += "\n";

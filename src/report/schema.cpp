@@ -91,6 +91,9 @@ void describe(V& v, T& x) {
   v("top_k", x.top_k);
   v("top_ids", x.top_ids);
   v("top_logprobs", x.top_logprobs);
+  // a mixture of experts on the local engine only: [step][layer][k] experts, [step][layer] margins
+  v.only_if(!x.routing.empty(), "routing", x.routing);
+  v.only_if(!x.routing_margins.empty(), "routing_margins", x.routing_margins);
   v("finish_reason", x.finish_reason);
   v("latency_s", x.latency_s);
   v("ttft_s", x.ttft_s);
@@ -348,6 +351,28 @@ void describe(V& v, T& x) {
   v("retry_tokens", x.retry_tokens);
 }
 
+template <class V, Is<RoutingDivergence> T>
+void describe(V& v, T& x) {
+  v("completion", x.completion);
+  v("step", x.step);
+  v("layer", x.layer);
+  v("token_divergence", x.token_divergence);
+}
+
+template <class V, Is<CaseRouting> T>
+void describe(V& v, T& x) {
+  v("reference", x.reference);
+  v("compared", x.compared);
+  v("token_diverged", x.token_diverged);
+  v("pairs", x.pairs);
+  v("flips", x.flips);
+  v("layer_pairs", x.layer_pairs);
+  v("layer_flips", x.layer_flips);
+  v("fragile", x.fragile);
+  v("min_margin", x.min_margin);
+  v("divergences", x.divergences);
+}
+
 template <class V, Is<CaseResult> T>
 void describe(V& v, T& x) {
   v("prompt_id", x.prompt_id);  // prompt_text is not stored: it is prompts[prompt_id]
@@ -375,6 +400,7 @@ void describe(V& v, T& x) {
   v.only_if(!x.distribution.empty(), "distribution", x.distribution);  // sampled cases whose outputs vary
   v.only_if(x.isolation_pairs > 0, "isolation_pairs", x.isolation_pairs);  // --isolation only
   v.only_if(x.isolation_pairs > 0, "isolation_leaks", x.isolation_leaks);
+  v.only_if(x.routing.has_value(), "routing", x.routing);  // a mixture of experts on the local engine only
 }
 
 template <class V, Is<ThroughputRow> T>
@@ -470,6 +496,20 @@ void describe(V& v, T& x) {
   v("sampled_token_differ", x.sampled_token_differ);
 }
 
+template <class V, Is<RoutingSummary> T>
+void describe(V& v, T& x) {
+  v("completions", x.completions);
+  v("flips", x.flips);
+  v("layers", x.layers);
+  v("flipped", x.flipped);
+  v("token_diverged", x.token_diverged);
+  v("flip_first", x.flip_first);
+  v("flip_same_step", x.flip_same_step);
+  v("fragile", x.fragile);
+  v("min_margin", x.min_margin);
+  v("first_flip", x.first_flip);
+}
+
 template <class V, Is<ModeSummary> T>
 void describe(V& v, T& x) {
   v("mode", x.mode);
@@ -502,6 +542,8 @@ void describe(V& v, T& x) {
   v.only_if(!x.speculative.empty(), "speculative", x.speculative);                // run --speculative only
   v.only_if(!x.speculative.empty(), "spec_groups", x.spec_groups);
   v.only_if(!x.speculative.empty(), "spec_finding", x.spec_finding);
+  v.only_if(x.routing.has_value(), "routing", x.routing);                         // a mixture of experts only
+  v.only_if(x.routing.has_value(), "routing_finding", x.routing_finding);
 }
 
 template <class V, Is<PromptVariant> T>

@@ -199,6 +199,7 @@ std::string terminal_variant_sections(const AuditReport& r) {
   if (auto dv = device_table(r); !dv.rows.empty()) out += "cross-device, each device against the first:\n" + aligned(dv);
   if (auto sp = speculative_table(r); !sp.rows.empty())
     out += "speculative decoding, each setting against off:\n" + aligned(sp);
+  if (auto rt = routing_table(r); !rt.rows.empty()) out += "expert routing against the reference:\n" + aligned(rt);
   for (const auto& f : evidence_findings(r)) out += "finding: " + f + "\n";
   // The terminal shows the cache table only when some endpoint's responses look replayed.
   if (auto findings = response_cache_findings(r); !findings.empty()) {

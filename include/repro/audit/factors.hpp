@@ -31,6 +31,11 @@ enum class FactorId {
   AllReduce,          // "allreduce": its all-reduce order ("" at TP 1 and 2)
   Device,             // "device": the device of run --devices ("" without the axis)
   Speculative,        // "speculative": the setting of run --speculative ("" without the axis)
+  // "routing": "same" / "flipped" against the case's reference completion ("" without routing
+  // traces). Not a context the plan sets but an intermediate outcome of one (analyze() derives it
+  // before the tables are built, Completion::routing_vs_reference): beside the contexts it shows
+  // whether the clusters and the drift follow the router's flips or happen without them.
+  Routing,
 };
 
 struct Factor {
@@ -52,6 +57,7 @@ inline constexpr FactorId kCaseFactorsLocal[] = {FactorId::BatchSize,    FactorI
                                                  FactorId::Seed,
                                                  FactorId::Tp,           FactorId::AllReduce,
                                                  FactorId::Device,       FactorId::Speculative,
+                                                 FactorId::Routing,
                                                  FactorId::Host};
 inline constexpr FactorId kCaseFactorsRemote[] = {FactorId::Concurrency, FactorId::CacheState, FactorId::Seed,
                                                   FactorId::SystemFingerprint, FactorId::Host};
@@ -62,6 +68,7 @@ inline constexpr FactorId kDriftSizeFactors[] = {FactorId::BatchSize,       Fact
                                                  FactorId::Seed,            FactorId::CacheState, FactorId::Repeat,
                                                  FactorId::Tp,              FactorId::AllReduce,
                                                  FactorId::Device,          FactorId::Speculative,
+                                                 FactorId::Routing,
                                                  FactorId::Host};
 
 // Which table a sort is for: the two order filler draws differently (see sort_factor_values).

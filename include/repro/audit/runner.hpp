@@ -36,7 +36,8 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
 // variables (never secrets), GPU (none without CUDA).
 nlohmann::json environment_record(int threads);
 
-// Copies the engine's per-step records (top-2 margins, top-k tokens and logprobs) into a completion.
+// Copies the engine's per-step records (top-2 margins, top-k tokens and logprobs; a mixture of
+// experts' routing trace) into a completion.
 void record_steps(const GenResult& g, Completion& c);
 
 // A key naming a completion's cell, for resume:

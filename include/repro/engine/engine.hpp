@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "repro/engine/device.hpp"
+#include "repro/engine/moe.hpp"
 #include "repro/kernels/ops.hpp"
 #include "repro/model/model.hpp"
 
@@ -36,6 +37,9 @@ struct DecodeParams {
   // step stats and top logprobs are those of the constrained distribution; logits_sha256 stays the
   // model's own logits. A sequence that no token can continue ends with finish_reason "schema".
   std::shared_ptr<const JsonConstraint> json_schema;
+  // A mixture of experts: record GenResult::routing, each generated token's routes in every layer.
+  // Off by default: a dense model has no routes, and the batch mates of an audit do not need theirs.
+  bool routing_trace = false;
 };
 
 // One alternative token at a step: id and log-softmax (before temperature).
@@ -85,6 +89,11 @@ struct GenResult {
   double latency_s = 0;          // from join to finish
   int prompt_tokens = 0;
   SpecStats spec;                // all 0 without speculative decoding
+  // DecodeParams::routing_trace on a mixture of experts: per generated token (tokens[t]), the route
+  // of each layer, [step][layer], taken from the row whose logits chose that token (the last prompt
+  // row for the first, then the row of the token before it; a verified draft token's own verify
+  // row). Empty otherwise (and in beam search).
+  std::vector<std::vector<Route>> routing;
 };
 
 // Speculative decoding (docs/ENGINE.md "Speculative decoding"): each decoding sequence drafts up to

@@ -130,6 +130,7 @@ TextTable distribution_table(const AuditReport& r);  // sampled cases: two-sampl
 TextTable tp_table(const AuditReport& r);  // run --tp: each TP size and all-reduce order against TP 1
 TextTable device_table(const AuditReport& r);  // run --devices: each device against the first
 TextTable speculative_table(const AuditReport& r);  // run --speculative: each setting against off
+TextTable routing_table(const AuditReport& r);  // a mixture of experts: routing against each case's reference
 std::vector<std::string> evidence_findings(const AuditReport& r);  // UNVERIFIED, posture, seed and panel lines
 std::string evidence_intro();
 // Terms used by the reports, with their definitions.
