@@ -175,6 +175,7 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
     if (!ms.device_finding.empty()) out.push_back(ms.device_finding);
   for (const auto& ms : r.summary.modes)
     if (!ms.spec_finding.empty()) out.push_back(ms.spec_finding);
+  for (const auto& ms : r.summary.modes)
     if (!ms.routing_finding.empty()) out.push_back(ms.routing_finding);
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
