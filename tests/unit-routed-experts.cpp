@@ -31,7 +31,8 @@ namespace {
 
 // Rows of 2 layers x top-2 for 3 prompt tokens and 2 generated ones: 4 positions fed (the last
 // generated token never is); the generated tokens' routes are rows 2 and 3.
-RouteRows four_rows() { return {{{0, 1}, {2, 3}}, {{4, 5}, {6, 7}}, {{1, 2}, {3, 4}}, {{5, 6}, {7, 0}}}; }
+// Each row repeats an expert across its two layers, so no row reads as one layer of 4 distinct ids.
+RouteRows four_rows() { return {{{0, 1}, {1, 3}}, {{4, 5}, {5, 7}}, {{1, 2}, {2, 4}}, {{5, 6}, {6, 0}}}; }
 
 std::string int32_base64(const std::vector<int32_t>& v) {
   std::string b;
@@ -218,7 +219,7 @@ TEST_CASE("run --provider sglang --routed-experts against serve on a tiny qwen3m
   auto out_stream = test::scratch_dir("routed-run-stream");
   auto res_stream = test::run_cli("run --quiet --endpoint a=" + server.url() + " --provider sglang --api-model " +
                                   server.model_name() +
-                                  " --api chat --stream --routed-experts --concurrency 1,4 --repeats 2 --max-tokens 8"
+                                  " --api completions --stream --routed-experts --concurrency 1,4 --repeats 2 --max-tokens 8"
                                   " --no-cache-probe --prompt 'once upon a time' --format json --out '" +
                                   out_stream.string() + "'");
   server.stop();
