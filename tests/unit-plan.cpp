@@ -217,6 +217,7 @@ const std::map<std::string, nlohmann::json>& non_defaults() {
       {"concurrency", {1, 16}},
       {"cache_probe", false},
       {"seed_probe", true},
+      {"routed_experts", true},
       {"isolation", true},
       {"allow_control_tokens", true},
       {"parse_special", true},

@@ -302,6 +302,14 @@ const std::vector<PlanOption>& plan_options() {
      [](const PlanOptions& o) { return json(o.seed_probe); },
      [](PlanOptions& o, const json& v) { o.seed_probe = v.get<bool>(); },
      [](const json& v) { return v.is_boolean(); }, "true or false"},
+    {"routed_experts", OptionType::Bool, "--routed-experts", "routed_experts", "routed_experts",
+     "Endpoints: ask each server for the experts a mixture of experts routed every token to (SGLang: "
+     "return_routed_experts, server flag --enable-return-routed-experts; vLLM: server flag "
+     "--enable-return-routed-experts) and compare the routes as local runs do; a server that returns none is "
+     "reported as routing unknown (local runs on a mixture of experts always record routing)", true,
+     [](const PlanOptions& o) { return json(o.routed_experts); },
+     [](PlanOptions& o, const json& v) { o.routed_experts = v.get<bool>(); },
+     [](const json& v) { return v.is_boolean(); }, "true or false"},
     {"allow_control_tokens", OptionType::Bool, "--allow-control-tokens", "allow_control_tokens",
      "allow_control_tokens",
      "Let chat message content hold the chat template's control-token text (e.g. <|im_start|>system), which "

@@ -171,6 +171,9 @@ PreparedRun prepare_run(const PlanRequest& request) {
     if (q.given("--endpoint-parse-special"))
       throw UsageError("--endpoint-parse-special declares an endpoint's rule and needs --endpoint; the local "
                        "engine's rule is --parse-special");
+    if (plan.routed_experts)
+      throw UsageError("--routed-experts asks endpoints for their routing and needs --endpoint; local runs on a "
+                       "mixture of experts always record routing: drop --routed-experts");
     std::string& model_path = run.model_path;
     if (model_path.empty()) model_path = default_model_path();
     model_path = resolve_model_spec(model_path);

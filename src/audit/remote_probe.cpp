@@ -10,6 +10,7 @@
 
 #include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/openai/routed_experts.hpp"
 
 namespace repro {
 
@@ -43,6 +44,12 @@ Completion completion_from(const RemoteResult& res) {
     c.completion_tokens = static_cast<int>(r.tokens.size());
   else
     c.completion_tokens = static_cast<int>(r.logprobs.size());
+  // Routed experts (--routed-experts): one route per generated token, as the local trace; no margins.
+  if (!r.routed_experts.is_null()) {
+    RoutedDecode d = decode_routed_experts(r.routed_experts, r.prompt_tokens, c.completion_tokens);
+    c.routing = std::move(d.steps);
+    c.routing_error = d.error;
+  }
   c.latency_s = res.latency_s;
   c.ttft_s = res.ttft_s;
   c.tokens_per_s = res.latency_s > 0 ? c.completion_tokens / res.latency_s : 0;
@@ -58,6 +65,7 @@ RequestParams probe_params(const EndpointSpec& spec, const RemoteProbe& probe) {
   p.seed = probe.seed;
   p.stop = probe.stop;
   p.logprobs = probe.logprobs;
+  p.routed_experts = probe.routed_experts;
   p.json_schema = probe.json_schema;
   const bool have_messages = probe.messages.is_array() && !probe.messages.empty();
   if (spec.api == "chat") {

@@ -121,7 +121,7 @@ void summarize_routing(AuditReport& r) {
         lp[l] += c.layer_pairs[l];
         lf[l] += c.layer_flips[l];
       }
-      s.fragile += c.fragile.value_or(0);
+      if (c.fragile) s.fragile = s.fragile.value_or(0) + *c.fragile;
       if (c.min_margin) s.min_margin = std::min(s.min_margin.value_or(*c.min_margin), *c.min_margin);
       s.flipped += static_cast<int>(c.divergences.size());
       for (const auto& d : c.divergences) {
@@ -156,9 +156,11 @@ void summarize_routing(AuditReport& r) {
             s.token_diverged == 1 ? "" : "s",
             s.flip_same_step == 0 ? "" : fmt::format(" (at the same step in {})", s.flip_same_step));
     }
-    if (s.fragile > 0)
+    if (!s.fragile)
+      line += "; route margins unavailable (no gate values), so fragile routes are unknown";
+    else if (*s.fragile > 0)
       line += fmt::format("; {} fragile route{} in the references (top-k margin below the threshold)",
-                          s.fragile, s.fragile == 1 ? "" : "s");
+                          *s.fragile, *s.fragile == 1 ? "" : "s");
     ms.routing = std::move(s);
     ms.routing_finding = line;
   }

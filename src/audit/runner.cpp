@@ -525,6 +525,35 @@ void run_local(const PlanOptions& plan, const Model& model, AuditReport& report,
           }
 }
 
+// --routed-experts: an endpoint none of whose probe completions carries routing gets one note on
+// stderr and one finding line (its posture's findings), never one per request.
+static void note_unknown_routing(const std::vector<EndpointSpec>& endpoints, AuditReport& report) {
+  for (const auto& ep : endpoints) {
+    bool any = false, answered = false;
+    std::string why;
+    for (const auto& c : report.completions) {
+      if (c.mode != ep.label || !c.error.empty()) continue;
+      answered = true;
+      any = any || !c.routing.empty();
+      if (why.empty()) why = c.routing_error;
+    }
+    if (any || !answered) continue;
+    std::string line = "routing unknown: ";
+    if (ep.provider != Provider::sglang && ep.provider != Provider::vllm)
+      line += "no dialect for routed experts is known for provider '" + std::string(provider_name(ep.provider)) +
+              "' (sglang and vllm have one)";
+    else if (!why.empty())
+      line += "the routed experts the server returned could not be read (" + why + ")";
+    else
+      line += "the responses carry no routed experts (a dense model has none; on a mixture of experts start the "
+              "server with --enable-return-routed-experts)";
+    EndpointEvidence& ev = evidence_for(report, ep.label);
+    if (std::find(ev.posture.findings.begin(), ev.posture.findings.end(), line) == ev.posture.findings.end())
+      ev.posture.findings.push_back(line);
+    std::fprintf(stderr, "note: endpoint '%s': %s\n", ep.label.c_str(), line.c_str());
+  }
+}
+
 void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoints, AuditReport& report,
                 RunControl& ctl) {
   std::set<std::string> done;
@@ -603,6 +632,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         probe.decoding = dc.cfg;
         probe.seed = dc.seed;
         probe.logprobs = provider_supports_logprobs(ep.provider);
+        probe.routed_experts = plan.routed_experts;
         probe.fillers = fillers;
         probe.json_schema = plan.json_schema;
         probe.validator = validator;
@@ -725,6 +755,7 @@ void run_remote(const PlanOptions& plan, const std::vector<EndpointSpec>& endpoi
         }
       }
   publish_stats();
+  if (plan.routed_experts) note_unknown_routing(endpoints, report);
 }
 
 }  // namespace repro

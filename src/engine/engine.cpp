@@ -25,6 +25,7 @@ struct Seq {
   int slot = -1;           // KV slot of the op table, held from submit() to finish
   int n_past = 0;          // positions in the cache
   bool prefilled = false;
+  int prefill_row = -1;    // this step's first prompt row while prefilling (the prompt's routing trace)
   int last_token = -1;
   std::string text;
   JsonState json;                // structured output: the automaton's state
@@ -315,6 +316,7 @@ std::vector<int> Engine::step() {
   for (auto& s : I.active) {
     if (!s->prefilled) {
       const auto& p = s->req.prompt;
+      s->prefill_row = static_cast<int>(I.rows.size());
       for (size_t i = 0; i < p.size(); ++i)
         I.rows.push_back({s->slot, p[i], static_cast<int>(i), i + 1 == p.size()});
       I.logit_src.push_back(static_cast<int>(I.rows.size()) - 1);
@@ -338,6 +340,17 @@ std::vector<int> Engine::step() {
     for (int l = 0; l < layers; ++l) per_layer.push_back(I.fwd.route(I.logit_src[logit_row], l));
     s.result.routing.push_back(std::move(per_layer));
   };
+  // ... and, in its prefill step, the routes of its prompt rows before the last (GenResult::prompt_routing).
+  for (auto& s : I.active) {
+    if (s->prefilled || s->prefill_row < 0 || !s->req.params.routing_trace || !I.model.config.is_moe()) continue;
+    const size_t n = s->req.prompt.size();
+    for (size_t i = 0; i + 1 < n; ++i) {
+      std::vector<Route> per_layer;
+      per_layer.reserve(static_cast<size_t>(layers));
+      for (int l = 0; l < layers; ++l) per_layer.push_back(I.fwd.route(s->prefill_row + static_cast<int>(i), l));
+      s->result.prompt_routing.push_back(std::move(per_layer));
+    }
+  }
 
   // ---- choose each sequence's next tokens; finished sequences leave the batch ----
   // A verify row is taken only while the drafted token before it was accepted: the positions after

@@ -69,6 +69,7 @@ json request_json(const CompletionRequest& r) {
   if (!r.response_format.type.empty()) b["response_format"] = response_format_json(r.response_format);
   if (r.stream) b["stream"] = true;
   if (r.include_usage) b["stream_options"] = {{"include_usage", true}};
+  if (r.return_routed_experts) b["return_routed_experts"] = true;
   return b;
 }
 
@@ -330,6 +331,7 @@ CompletionRequest parse_completion_request(const ojson& b, bool chat, const Requ
       throw ApiError(400, "'stream_options' must be an object", "stream_options", "invalid_type");
     if (auto u = get_bool(b["stream_options"], "include_usage")) r.include_usage = *u;
   }
+  if (auto re = get_bool(b, "return_routed_experts")) r.return_routed_experts = *re;
   return r;
 }
 

@@ -81,6 +81,7 @@ json response_json(const ResponseOut& r) {
   }
   j["choices"] = choices;
   if (r.usage) j["usage"] = usage_json(r.usage->first, r.usage->second);
+  if (r.sglext_routed_experts) j["sglext"] = {{"routed_experts", *r.sglext_routed_experts}};
   return j;
 }
 
@@ -142,6 +143,9 @@ static void take_meta(const json& j, ParsedResponse& r) {
       if (v >= 1 && v <= INT32_MAX && v > r.max_batch) r.max_batch = static_cast<int>(v);
     }
   }
+  if (auto it = j.find("sglext"); it != j.end() && it->is_object())
+    if (auto re = it->find("routed_experts"); re != it->end() && !re->is_null()) r.routed_experts["sglext"] = *re;
+  if (auto it = j.find("prompt_routed_experts"); it != j.end() && !it->is_null()) r.routed_experts["prompt"] = *it;
   if (auto it = j.find("usage"); it != j.end() && it->is_object()) {
     auto pt = it->find("prompt_tokens"), ct = it->find("completion_tokens");
     if (pt != it->end() && pt->is_number_integer()) r.prompt_tokens = static_cast<int>(pt->get<int64_t>());
@@ -183,6 +187,7 @@ void parse_choice(const json& choice, bool chat, ParsedResponse& r) {
     if (t != choice.end() && t->is_string()) r.text += t->get_ref<const std::string&>();
   }
   if (auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) r.finish_reason = f->get<std::string>();
+  if (auto re = choice.find("routed_experts"); re != choice.end() && !re->is_null()) r.routed_experts["choice"] = *re;
   if (auto ids = choice.find("token_ids"); ids != choice.end()) take_ids(*ids, r);
   else if (auto toks = choice.find("tokens"); toks != choice.end() && toks->is_array() &&
                                                 !toks->empty() && (*toks)[0].is_number_integer())

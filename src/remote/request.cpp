@@ -8,6 +8,7 @@
 //     `api-key: <key>` header, no "model" field.
 //   stream_options.include_usage (usage in the last chunk): openai, azure, vllm, sglang.
 //   vllm: return_token_ids (token ids in choices[].token_ids; older servers ignore it).
+//   sglang with RequestParams::routed_experts: return_routed_experts=true (vllm needs no field).
 //   llamacpp: cache_prompt=true (explicit, so the cold/warm probe measures the prompt cache).
 //   ollama: no logprobs (its OpenAI API does not return them).
 //   tgi: top_p is sent only when < 1 and temperature only when > 0 (TGI rejects top_p=1, T=0).
@@ -137,6 +138,7 @@ json build_request_body(const EndpointSpec& spec, const RequestParams& p) {
   json b = request_json(r);
   if (pv == Provider::vllm) b["return_token_ids"] = true;
   if (pv == Provider::llamacpp) b["cache_prompt"] = true;
+  if (p.routed_experts && pv == Provider::sglang) b["return_routed_experts"] = true;
   const json structured = response_format_fields(pv, p.json_schema);
   for (auto it = structured.begin(); it != structured.end(); ++it) b[it.key()] = *it;
   if (spec.extra_body.is_object() && !spec.extra_body.empty()) b.merge_patch(spec.extra_body);

@@ -150,8 +150,9 @@ TextTable routing_table(const AuditReport& r) {
     for (size_t l = 0; l < s.layers.size(); ++l) layers += (l ? " " : "") + rate(s.layers[l]);
     t.rows.push_back({mode_label(ms.mode, ms.precision), std::to_string(s.completions), rate(s.flips),
                       layers.empty() ? "-" : layers, fmt::format("{}/{}", s.flipped, s.completions),
-                      fmt::format("{}/{}", s.flip_first, s.token_diverged), std::to_string(s.fragile),
-                      s.min_margin ? fmt::format("{:.3g}", *s.min_margin) : "-",
+                      fmt::format("{}/{}", s.flip_first, s.token_diverged),
+                      s.fragile ? std::to_string(*s.fragile) : "unavailable",
+                      s.min_margin ? fmt::format("{:.3g}", *s.min_margin) : s.fragile ? "-" : "unavailable",
                       s.first_flip.empty() ? "-" : s.first_flip});
   }
   return t;
@@ -173,10 +174,11 @@ std::vector<std::string> evidence_findings(const AuditReport& r) {
   for (const auto& f : r.summary.device_findings) out.push_back(f);
   for (const auto& ms : r.summary.modes)
     if (!ms.device_finding.empty()) out.push_back(ms.device_finding);
-  for (const auto& ms : r.summary.modes)
+  for (const auto& ms : r.summary.modes) {
     if (!ms.spec_finding.empty()) out.push_back(ms.spec_finding);
   for (const auto& ms : r.summary.modes)
     if (!ms.routing_finding.empty()) out.push_back(ms.routing_finding);
+  }
   for (const auto& pc : r.panel)
     for (const auto& m : pc.members)
       if (!m.agrees && m.completions > 0)

@@ -7,6 +7,7 @@
 
 #include "repro/chat/chat.hpp"
 #include "repro/common/error.hpp"
+#include "repro/openai/routed_experts.hpp"
 #include "repro/structured/json_schema.hpp"
 
 namespace repro::serve {
@@ -102,6 +103,8 @@ Parsed parse_request(const ApiContext& cx, const nlohmann::ordered_json& b, bool
   d.logprobs = p.want_logprobs;  // the vocabulary-wide log-softmax only when asked
   p.stream = r.stream;
   p.include_usage = r.include_usage;
+  p.routed_experts = r.return_routed_experts && model.config.is_moe();
+  if (p.routed_experts) d.routing_trace = true;
   return p;
 }
 
@@ -137,7 +140,29 @@ ResponseOut response_head(const ApiContext& cx, const Parsed& p, const std::stri
   return o;
 }
 
+// SGLang's rows: one per position fed to the model (the prompt's, then each generated token's but
+// the last), each the expert ids of every layer; nullopt when the request did not ask or none came.
+std::optional<std::string> sglext_routes(const Parsed& p, const GenResult& r) {
+  if (!p.routed_experts || r.routing.empty()) return std::nullopt;
+  RouteRows rows;
+  auto add = [&](const std::vector<Route>& per_layer) {
+    std::vector<std::vector<int>> row;
+    for (const Route& route : per_layer) row.push_back(route.experts);
+    rows.push_back(std::move(row));
+  };
+  for (const auto& pl : r.prompt_routing) add(pl);
+  for (const auto& pl : r.routing) add(pl);
+  return encode_routed_experts_sglang(rows);
+}
+
 }  // namespace
+
+json routed_experts_chunk(const ApiContext& cx, const Parsed& p, const GenResult& r, const std::string& id,
+                          int64_t created) {
+  ResponseOut o = response_head(cx, p, id, created, true);
+  o.sglext_routed_experts = sglext_routes(p, r);
+  return o.sglext_routed_experts ? response_json(o) : json();
+}
 
 json full_response(const ApiContext& cx, const Parsed& p, const GenResult& r, const std::string& id,
                    int64_t created) {
@@ -150,6 +175,7 @@ json full_response(const ApiContext& cx, const Parsed& p, const GenResult& r, co
     c.logprobs = logprobs_out(cx, p, r.tokens, r.logprobs, r.top_logprobs, 0, r.tokens.size(), p.prompt_text.size());
   o.choices.push_back(std::move(c));
   o.usage = std::make_pair(static_cast<int>(p.gen.prompt.size()), static_cast<int>(r.tokens.size()));
+  o.sglext_routed_experts = sglext_routes(p, r);
   return response_json(o);
 }
 

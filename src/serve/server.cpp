@@ -259,6 +259,7 @@ struct Server::Impl {
             if (r.text.size() >= state->sent && r.text.compare(0, state->sent, state->text, 0, state->sent) == 0)
               rest = r.text.substr(state->sent);
             if (!chunk(rest, toks.size(), toks.size(), state->sent, r.finish_reason)) return false;
+            if (json re = routed_experts_chunk(cx, *p, r, id, created); !re.is_null() && !emit(re)) return false;
             if (p->include_usage) {
               json u = usage_chunk(cx, *p, id, created, static_cast<int>(r.tokens.size()));
               add_batch_extension(u, job->max_batch.load());

@@ -75,6 +75,8 @@ struct PlanOptions {
   std::vector<int> concurrency = {1, 8};
   bool cache_probe = true;
   bool seed_probe = false;
+  // endpoints: ask for the experts a mixture of experts routed each token to (docs/REMOTE.md)
+  bool routed_experts = false;
   bool isolation = false;         // local: every batch context again with other batch-mate contents        // per endpoint and API: is the seed honoured at T > 0? (seed_probe.hpp)
   // Chat message content that spells a control token of the model's chat template opens a turn of
   // its own; refused unless allowed (local engine only).

@@ -29,6 +29,7 @@ struct RemoteProbe {
   uint64_t seed = 0;
   std::vector<std::string> stop;
   bool logprobs = false;
+  bool routed_experts = false;     // ask for the routed experts (--routed-experts; the fillers do not)
   std::vector<std::string> fillers;  // filler prompts; cycled; empty -> the probe prompt is reused
   std::string mate_contents;       // stamped on the probe completions ("other": --isolation's second arm)
   // Repeats (cache probe: requests) below this index finished in an earlier run (--resume): they are

@@ -68,14 +68,18 @@ struct Completion {
   // t, in the router's order (highest gate value first); routing_margins[t][l]: that route's top-k
   // margin, the k-th chosen expert's gate value minus the best unchosen one's, in gate units (the
   // softmax probability or sigmoid of the router logit, before the top-k weights are normalised;
-  // repro/engine/moe.hpp). Empty for a dense model and for endpoints; margins also when every expert
-  // is chosen (no route can flip).
+  // repro/engine/moe.hpp). Empty for a dense model; for endpoints, routing only with --routed-experts on a
+  // server that returns it, and margins never (a server sends no gate values); margins also when every
+  // expert is chosen (no route can flip).
   std::vector<std::vector<std::vector<int>>> routing;
   std::vector<std::vector<float>> routing_margins;
   // Derived by analyze() (src/audit/routing.cpp), never written: "same" when every (step, layer) over
   // the common token prefix with the case's reference completion chose the reference's expert set,
   // "flipped" when one did not, "" without traces on both. The factor tables tabulate it.
   std::string routing_vs_reference;
+  // Never written: why an endpoint's routed experts could not be read (--routed-experts), for the
+  // run's one note per endpoint; "" when read or when none came.
+  std::string routing_error;
   std::string finish_reason;
   double latency_s = 0;
   double ttft_s = 0;              // remote streaming: time to first token
@@ -513,7 +517,9 @@ struct RoutingSummary {
   // of those, the completions whose first flip comes at or before the first token divergence, and
   // of these the ones where it is at that same step
   int flip_first = 0, flip_same_step = 0;
-  int fragile = 0;                // reference routes whose top-k margin is below the report's fragile_margin
+  // reference routes whose top-k margin is below the report's fragile_margin; unset when no reference
+  // carries margins (endpoints: a server sends no gate values)
+  std::optional<int> fragile;
   std::optional<double> min_margin;  // the smallest top-k margin of the references (gate units)
   std::string first_flip;         // "prompt p-..., greedy, batch 8 at position 7: step 3, layer 1"; "" when none
 };

@@ -94,6 +94,9 @@ struct GenResult {
   // row for the first, then the row of the token before it; a verified draft token's own verify
   // row). Empty otherwise (and in beam search).
   std::vector<std::vector<Route>> routing;
+  // ... and the routes of the prompt's rows before its last (positions 0 .. prompt_tokens-2), in
+  // order: with `routing`, one route per position fed to the model (what SGLang returns).
+  std::vector<std::vector<Route>> prompt_routing;
 };
 
 // Speculative decoding (docs/ENGINE.md "Speculative decoding"): each decoding sequence drafts up to

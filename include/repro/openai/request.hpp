@@ -67,6 +67,9 @@ struct CompletionRequest {
   ResponseFormat response_format;
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
+  // SGLang's return_routed_experts: the experts each position was routed to (a mixture of experts);
+  // the answer is the response's sglext.routed_experts (repro/openai/routed_experts.hpp)
+  bool return_routed_experts = false;
 };
 
 // {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}, or {"type"} (and "schema"

@@ -50,6 +50,8 @@ struct ResponseOut {
   int64_t created = 0;
   std::vector<ChoiceOut> choices;  // a stream's usage chunk has none
   std::optional<std::pair<int, int>> usage;  // (prompt_tokens, completion_tokens)
+  // SGLang's response-level extension: "sglext": {"routed_experts": base64} (routed_experts.hpp)
+  std::optional<std::string> sglext_routed_experts;
 };
 
 // {"id", "object", "created", "model", "system_fingerprint", "choices": [...], "usage"?}; choice i has
@@ -85,6 +87,10 @@ struct ParsedResponse {
   // engine step) among the steps that decoded this request (a stream: the largest any chunk gave);
   // -1 when the server did not say.
   int max_batch = -1;
+  // Routed experts as they came (repro/openai/routed_experts.hpp reads them): {"sglext": the
+  // response's sglext.routed_experts, "choice": choices[].routed_experts, "prompt": the response's
+  // prompt_routed_experts}, each key only when present and not null; null when none came.
+  nlohmann::json routed_experts;
   bool saw_done = false;           // stream: "data: [DONE]"
   int events = 0;                  // stream: data events seen
   FailCause cause = FailCause::none;

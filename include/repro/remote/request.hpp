@@ -31,6 +31,9 @@ struct RequestParams {
   bool send_seed = true;
   std::vector<std::string> stop;
   bool logprobs = false;
+  // ask for the routed experts in the provider's dialect (sglang: return_routed_experts; vllm: the
+  // server flag alone; other providers: none known, nothing sent)
+  bool routed_experts = false;
   // Structured output: a JSON Schema the answer must conform to, sent as the provider's
   // response_format (see response_format_fields); {"type":"json_object"} asks for any JSON object;
   // null sends nothing.

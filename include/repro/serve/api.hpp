@@ -38,6 +38,9 @@ struct Parsed {
   bool include_usage = false;
   bool want_logprobs = false;
   int top_logprobs = 0;     // alternatives per token (chat top_logprobs, completions logprobs: N)
+  // SGLang's return_routed_experts on a mixture of experts (the engine records the routes; the
+  // response carries sglext.routed_experts); a dense model answers without them
+  bool routed_experts = false;
   std::string prompt_text;  // for text_offset
   GenRequest gen;
 };
@@ -57,6 +60,10 @@ LogprobsOut logprobs_out(const ApiContext& cx, const Parsed& p, const std::vecto
                          size_t from, size_t to, size_t offset);
 json full_response(const ApiContext& cx, const Parsed& p, const GenResult& r, const std::string& id,
                    int64_t created);
+// The stream chunk of SGLang's routed experts (no choices; sglext.routed_experts), sent after the
+// last choice chunk; null when the request did not ask for them or the engine recorded none.
+json routed_experts_chunk(const ApiContext& cx, const Parsed& p, const GenResult& r, const std::string& id,
+                          int64_t created);
 // One stream chunk: the text `delta`, the ids tokens[from, to) and their logprobs when asked (`offset`:
 // the text offset of `from` in the generated text), `role` on the first chat chunk, `finish` on the last.
 json stream_chunk(const ApiContext& cx, const Parsed& p, const std::string& id, int64_t created,
