@@ -74,6 +74,14 @@ double normalized_edit_distance(const std::vector<int>& a, const std::vector<int
 
 // ============================================================================ cases
 
+std::vector<std::string> plan_strings(const AuditReport& r, const char* key) {
+  std::vector<std::string> out;
+  if (!r.plan.is_object() || !r.plan.contains(key) || !r.plan[key].is_array()) return out;
+  for (const auto& e : r.plan[key])
+    if (e.is_string()) out.push_back(e.get<std::string>());
+  return out;
+}
+
 bool is_remote_completion(const Completion& c) {
   return !c.cache_state.empty() || !c.response_id.empty() || !c.system_fingerprint.empty() ||
          !c.response_model.empty() || !c.cache_header.empty();

@@ -54,11 +54,7 @@ std::string where(const Completion& c, int step) {
 }  // namespace
 
 void analyze_devices(AuditReport& r) {
-  std::vector<std::string> devices;
-  if (const auto* d = r.plan.is_object() && r.plan.contains("devices") ? &r.plan["devices"] : nullptr;
-      d && d->is_array())
-    for (const auto& e : *d)
-      if (e.is_string()) devices.push_back(e.get<std::string>());
+  const std::vector<std::string> devices = plan_strings(r, "devices");
   if (devices.size() < 2) return;
   if (const auto* s = r.plan.contains("devices_skipped") ? &r.plan["devices_skipped"] : nullptr; s && s->is_object())
     for (const auto& [dev, why] : s->items())

@@ -70,11 +70,7 @@ std::string group_text(const std::vector<std::string>& g) {
 }  // namespace
 
 void analyze_speculative(AuditReport& r) {
-  std::vector<std::string> settings;
-  if (const auto* d = r.plan.is_object() && r.plan.contains("speculative") ? &r.plan["speculative"] : nullptr;
-      d && d->is_array())
-    for (const auto& e : *d)
-      if (e.is_string()) settings.push_back(e.get<std::string>());
+  const std::vector<std::string> settings = plan_strings(r, "speculative");
   if (settings.size() < 2) return;
   // Each setting's completions by twin key (errors and endpoints left out).
   std::map<std::string, std::map<Twin, const Completion*>> by_setting;

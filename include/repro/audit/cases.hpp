@@ -30,6 +30,9 @@ double normalized_edit_distance(const std::vector<int>& a, const std::vector<int
 // A completion from an endpoint (it carries a cache state, a response id, a fingerprint, a served
 // model or a cache header); completions of the local engine carry none.
 bool is_remote_completion(const Completion& c);
+// The strings of a list in the report's plan block (plan.devices, plan.speculative); empty when the
+// key is absent or not an array, non-string entries skipped.
+std::vector<std::string> plan_strings(const AuditReport& r, const char* key);
 // The hash a case clusters by: of the token ids (tokens_sha256), or of the text when ids are unknown.
 std::string output_hash(const Completion& c);
 
