@@ -68,9 +68,9 @@ class MatmulScratch {
 // ---- batch-invariant kernels: bitwise equal to the CPU reference (kernels/<op>/reference.cpp) ----
 // y[M][N] = x[M][K] * w[N][K]^T (kernels/matmul/cuda_invariant.cu).
 void matmul_invariant(const float* d_x, const float* d_w, float* d_y, int M, int N, int K);
-// The same with a weight in its stored type, bitwise matmul_q_reference: F16, BF16, Q4_0, Q5_K and
-// Q6_K with each element dequantized in registers as it is staged (kernels/matmul/cuda_dequant.hpp);
-// Q8_0 and Q4_K on int8 activations quantized row by row into `scratch`
+// The same with a weight in its stored type, bitwise matmul_q_reference: F16, BF16 and Q4_0 with
+// each element dequantized in registers as it is staged (kernels/matmul/cuda_dequant.hpp); Q8_0,
+// Q4_K, Q5_K and Q6_K on int8 activations quantized row by row into `scratch`
 // (kernels/matmul/cuda_int_dot.hpp).
 void matmul_invariant_stored(const float* d_x, const StoredWeight& w, float* d_y, int M, int N, int K,
                              MatmulScratch& scratch);

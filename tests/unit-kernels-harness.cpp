@@ -246,7 +246,7 @@ TEST_CASE("op tables: matmul and rmsnorm, every table, every batch size") {
 }
 
 TEST_CASE("op tables: matmul on weights in every stored type, every table, every batch size") {
-  // The weight stays in its type; the reference is matmul_q_reference (for Q8_0 and Q4_K the
+  // The weight stays in its type; the reference is matmul_q_reference (for Q8_0 and the K formats the
   // integer dot products on 8-bit activation rows, else the f32 lane dot over the exactly
   // dequantized rows), which the invariant tables reproduce bitwise. The default table leaves the
   // integer path from quant_int_max_rows(type) rows on: there it is held to the f32 product.

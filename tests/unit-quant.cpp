@@ -1,8 +1,8 @@
 // ctest-labels: unit
 // Block formats (repro/common/quant.hpp) and the matmul on weights kept in their stored format:
 // dequantization of hand-built blocks is exact; quantize -> dequantize stays within one
-// quantization step of each sub-block; the 8-bit activation rows of the integer path (Q8_0, Q4_K)
-// follow their rounding rule and stay within half a step; the integer kernels (AVX2) give the bits
+// quantization step of each sub-block; the 8-bit activation rows of the integer path (Q8_0, Q4_K,
+// Q5_K, Q6_K) follow their rounding rule and stay within half a step; the integer kernels (AVX2) give the bits
 // of the plain loops for any block bytes; the batch-invariant quantized matmul is bitwise equal to
 // its plain-loop reference for every row, batch size, batch mates, position and thread count
 // (memcmp), on both the AVX2 and the portable path; the default path is bitwise the reference
@@ -33,6 +33,7 @@ namespace {
 
 const Format kAll[] = {Format::F32, Format::F16, Format::BF16, Format::Q8_0,
                        Format::Q4_0, Format::Q4_K, Format::Q5_K, Format::Q6_K};
+const Format kIntDot[] = {Format::Q8_0, Format::Q4_K, Format::Q5_K, Format::Q6_K};
 const Format kQuantized[] = {Format::F16,  Format::BF16, Format::Q8_0, Format::Q4_0,
                              Format::Q4_K, Format::Q5_K, Format::Q6_K};
 
@@ -266,13 +267,13 @@ TEST_CASE("quant matmul: the f32 panel reference equals the f32 reference on the
     matmul_reference(x.data(), wd.data(), yref.data(), M, N, K);
     CHECK(std::memcmp(y.data(), yref.data(), y.size() * 4) == 0);
     matmul_q_reference(x.data(), w, yq.data(), M, N, K);
-    CHECK(has_int_dot(f) == (f == Format::Q8_0 || f == Format::Q4_K));
+    CHECK(has_int_dot(f) == (f == Format::Q8_0 || f == Format::Q4_K || f == Format::Q5_K || f == Format::Q6_K));
     if (!has_int_dot(f)) CHECK(std::memcmp(yq.data(), yref.data(), y.size() * 4) == 0);
   }
 }
 
 TEST_CASE("quant activations: 8-bit rows per block of the weight format, rounding rule, half-step bound") {
-  for (Format f : {Format::Q8_0, Format::Q4_K}) {
+  for (Format f : kIntDot) {
     CAPTURE(std::string(quant::format_name(f)));
     const int blk = f == Format::Q8_0 ? 32 : 256, K = 3 * blk;
     std::vector<int8_t> q(K);
@@ -302,7 +303,7 @@ TEST_CASE("quant activations: 8-bit rows per block of the weight format, roundin
         }
         CHECK(reached);  // the largest element maps to +-127
       }
-      if (f == Format::Q4_K)
+      if (detail::act_bsum(f))
         for (int s = 0; s < K / 32; ++s) {
           int t = 0;
           for (int i = 0; i < 32; ++i) t += q[32 * s + i];
@@ -331,10 +332,10 @@ TEST_CASE("quant activations: 8-bit rows per block of the weight format, roundin
 TEST_CASE("quant matmul, integer path: AVX2 equals the plain loops (memcmp) for any block bytes and several K") {
   // Arbitrary weight bytes (every nibble, packed 6-bit scale and min, int8 -128) with finite f16
   // scales; activation rows with ties, zero blocks and one large element. K: Q8_0 any multiple of
-  // 32 (the loader requires rows to be whole blocks), Q4_K of 256.
+  // 32 (the loader requires rows to be whole blocks), the K formats of 256.
   std::mt19937 rng(99);
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  for (Format f : {Format::Q8_0, Format::Q4_K}) {
+  for (Format f : kIntDot) {
     const std::vector<int> Ks = f == Format::Q8_0 ? std::vector<int>{32, 96, 1056} : std::vector<int>{256, 1280, 2816};
     const quant::Block bk = quant::block_of(f);
     for (int K : Ks) {
@@ -348,9 +349,10 @@ TEST_CASE("quant matmul, integer path: AVX2 equals the plain loops (memcmp) for 
         for (int b = 0; b < K / bk.elems; ++b) {
           uint8_t* blk = wq.data() + rb * n + static_cast<size_t>(b) * bk.bytes;
           const uint16_t dh = f32_to_f16(scale(rng)), mh = f32_to_f16(scale(rng));
-          blk[0] = static_cast<uint8_t>(dh & 0xff);
-          blk[1] = static_cast<uint8_t>(dh >> 8);
-          if (f == Format::Q4_K) {
+          const int d_at = f == Format::Q6_K ? 208 : 0;  // Q6_K keeps d at the end of the block
+          blk[d_at] = static_cast<uint8_t>(dh & 0xff);
+          blk[d_at + 1] = static_cast<uint8_t>(dh >> 8);
+          if (detail::act_bsum(f)) {
             blk[2] = static_cast<uint8_t>(mh & 0xff);
             blk[3] = static_cast<uint8_t>(mh >> 8);
           }
@@ -373,7 +375,7 @@ TEST_CASE("quant matmul, integer path: AVX2 equals the plain loops (memcmp) for 
           quantize_act_row_reference(f, x.data() + static_cast<size_t>(m) * K, K, q.data(), d.data(), bs.data());
           CHECK(std::memcmp(a.qrow(m), q.data(), K) == 0);
           CHECK(std::memcmp(a.drow(m), d.data(), a.blocks * sizeof(float)) == 0);
-          if (f == Format::Q4_K) CHECK(std::memcmp(a.brow(m), bs.data(), a.sub * sizeof(int16_t)) == 0);
+          if (detail::act_bsum(f)) CHECK(std::memcmp(a.brow(m), bs.data(), a.sub * sizeof(int16_t)) == 0);
         }
       }
       ThreadPool one(1), two(2);
@@ -392,7 +394,7 @@ TEST_CASE("quant matmul, integer path: AVX2 equals the plain loops (memcmp) for 
 
 TEST_CASE("quant matmul, integer path: the products of the 8-bit rows, within the activation rounding of f32") {
   const int N = 30, M = 4;
-  for (Format f : {Format::Q8_0, Format::Q4_K})
+  for (Format f : kIntDot)
     for (int K : {256, 2048}) {
       CAPTURE(std::string(quant::format_name(f)));
       CAPTURE(K);
@@ -487,7 +489,7 @@ TEST_CASE("quant matmul: default path is the reference on the integer path, clos
     CAPTURE(std::string(quant::format_name(f)));
     std::vector<uint8_t> wq = quantize(f, random_vec(static_cast<size_t>(N) * K, 31));
     const QuantWeight w{f, wq.data(), quant::row_bytes(f, K)};
-    CHECK(quant_int_max_rows(f) == (f == Format::Q4_K ? kQuantSgemmMinRows : f == Format::Q8_0 ? 64 : 0));
+    CHECK(quant_int_max_rows(f) == (f == Format::Q8_0 ? 64 : has_int_dot(f) ? kQuantSgemmMinRows : 0));
     for (int b : {1, 7, 33, 63, 64, 200, kQuantSgemmMinRows, kQuantSgemmMinRows + 3}) {
       std::vector<float> x = random_vec(static_cast<size_t>(b) * K, 32 + b);
       std::vector<float> y(static_cast<size_t>(b) * N), ref(y.size());

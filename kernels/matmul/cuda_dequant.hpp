@@ -93,8 +93,8 @@ REPRO_HD float element(const uint8_t* row, int k) {
 
 // The stored types the batch-invariant matmul reads (the registry row of cuda-batch-invariant,
 // kernels/ops.cpp; a type outside it is refused when the model is bound): F32 and the types whose
-// CPU order is detail::dot_lanes over the dequantized row (F16, BF16, Q4_0, Q5_K, Q6_K), and the
-// two the CPU multiplies on 8-bit activations (Q8_0, Q4_K: kernels/matmul/cuda_int_dot.hpp).
+// CPU order is detail::dot_lanes over the dequantized row (F16, BF16, Q4_0), and the four the CPU
+// multiplies on 8-bit activations (Q8_0, Q4_K, Q5_K, Q6_K: kernels/matmul/cuda_int_dot.hpp).
 constexpr bool invariant_reads(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 || t == DType::Q5_K ||
          t == DType::Q6_K || t == DType::Q8_0 || t == DType::Q4_K;

@@ -10,12 +10,12 @@
 // steps live in cuda_tile.hpp, shared with the CPU emulation test. Built with --fmad=false: the
 // only fmas are the written-out fmaf calls.
 //
-// Q8_0 and Q4_K weights take the CPU's integer path instead (kernels/matmul/cuda_int_dot.hpp): each
+// Q8_0, Q4_K, Q5_K and Q6_K weights take the CPU's integer path instead (kernels/matmul/cuda_int_dot.hpp): each
 // activation row is quantized to int8 on its own, one thread per block, then one 8-lane group per
 // output sums exact int32 block products and combines them in the CPU's fixed float order; the
 // launch shape (256 threads, 32 outputs per block) is one constant.
 //
-// Weights in another stored type (F16, BF16, Q4_0, Q5_K, Q6_K) take the same kernel: each element is
+// Weights in another stored type (F16, BF16, Q4_0) take the same kernel: each element is
 // turned into f32 in registers as the chunk is staged (kernels/matmul/cuda_dequant.hpp, the bits of
 // quant::dequantize_row), so every output is detail::dot_lanes(x[m], dequantize(w[n]), K): the
 // order of matmul_q_reference for these types, hence cpu-batch-invariant's bits. The weights stay
@@ -68,7 +68,7 @@ void launch(const float* d_x, W w, float* d_y, int M, int N, int K) {
   REPRO_CUDA_LAUNCHED("matmul_invariant_kernel");
 }
 
-// ---- Q8_0 and Q4_K: quantized activations, exact integer block sums ----
+// ---- Q8_0 and the K formats: quantized activations, exact integer block sums ----
 constexpr int kIntThreads = 256;  // 32 groups of 8 lanes: 32 outputs per block
 
 // One thread per (row m, activation block b).
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kIntThreads) quantize_acts_kernel(const float*
 }
 
 // One aligned 8-lane group per output o = m * N + n.
-template <bool Q4K>
+template <DType T>
 __global__ void __launch_bounds__(kIntThreads) int_dot_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                               const int8_t* __restrict__ q,
                                                               const float* __restrict__ d,
@@ -97,24 +97,23 @@ __global__ void __launch_bounds__(kIntThreads) int_dot_kernel(const uint8_t* __r
   const int m = static_cast<int>(oc / N), n = static_cast<int>(oc % N);
   const uint8_t* wr = w + static_cast<size_t>(n) * row_bytes;
   const int8_t* qr = q + static_cast<long>(m) * K;
-  float acc, accm = 0.0f;
-  if constexpr (Q4K)
-    acc = idot::q4_k_lane(wr, qr, d + static_cast<long>(m) * (K / 256), bsum + static_cast<long>(m) * (K / 32), K, l,
-                          accm);
-  else
-    acc = idot::q8_0_lane(wr, qr, d + static_cast<long>(m) * (K / 32), K, l);
+  const int blk = idot::act_block(T);
+  const bool mins = idot::act_bsum(T);
+  float accm = 0.0f;
+  float acc = idot::int_lane(T, wr, qr, d + static_cast<long>(m) * (K / blk),
+                             mins ? bsum + static_cast<long>(m) * (K / 32) : nullptr, K, l, accm);
   acc = group_tree(acc);
-  if (live && l == 0) y[o] = Q4K ? acc - accm : acc;
+  if (live && l == 0) y[o] = mins ? acc - accm : acc;
 }
 
 void int_dot(const float* d_x, const StoredWeight& w, float* d_y, int M, int N, int K, MatmulScratch& scratch) {
-  const bool q4k = w.type == DType::Q4_K;
-  const int blk = idot::act_block(q4k), nb = K / blk;
-  // Scratch: d [M][K / blk] f32, bsum [M][K / 32] int16 (Q4_K), q [M][K] int8.
-  const size_t dn = static_cast<size_t>(M) * nb, bn = q4k ? static_cast<size_t>(M) * (K / 32) : 0;
+  const bool mins = idot::act_bsum(w.type);
+  const int blk = idot::act_block(w.type), nb = K / blk;
+  // Scratch: d [M][K / blk] f32, bsum [M][K / 32] int16 (Q4_K, Q5_K), q [M][K] int8.
+  const size_t dn = static_cast<size_t>(M) * nb, bn = mins ? static_cast<size_t>(M) * (K / 32) : 0;
   char* base = static_cast<char*>(scratch.get(dn * 4 + bn * 2 + static_cast<size_t>(M) * K));
   float* d = reinterpret_cast<float*>(base);
-  int16_t* bsum = q4k ? reinterpret_cast<int16_t*>(base + dn * 4) : nullptr;
+  int16_t* bsum = mins ? reinterpret_cast<int16_t*>(base + dn * 4) : nullptr;
   int8_t* q = reinterpret_cast<int8_t*>(base + dn * 4 + bn * 2);
   if (dn > 0) {
     quantize_acts_kernel<<<static_cast<unsigned>((dn + kIntThreads - 1) / kIntThreads), kIntThreads>>>(d_x, M, K, blk,
@@ -123,10 +122,20 @@ void int_dot(const float* d_x, const StoredWeight& w, float* d_y, int M, int N, 
   }
   const long outs = static_cast<long>(M) * N, per = kIntThreads / kLanes;
   const unsigned blocks = static_cast<unsigned>((outs + per - 1) / per);
-  if (q4k)
-    int_dot_kernel<true><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
-  else
-    int_dot_kernel<false><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
+  switch (w.type) {
+    case DType::Q8_0:
+      int_dot_kernel<DType::Q8_0><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
+      break;
+    case DType::Q4_K:
+      int_dot_kernel<DType::Q4_K><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
+      break;
+    case DType::Q5_K:
+      int_dot_kernel<DType::Q5_K><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
+      break;
+    default:
+      int_dot_kernel<DType::Q6_K><<<blocks, kIntThreads>>>(w.data, w.row_bytes, q, d, bsum, d_y, M, N, K);
+      break;
+  }
   REPRO_CUDA_LAUNCHED("int_dot_kernel");
 }
 
@@ -142,7 +151,8 @@ void matmul_invariant_stored(const float* d_x, const StoredWeight& w, float* d_y
     throw BackendError(std::string("matmul_invariant_stored: no CUDA batch-invariant kernel reads ") +
                        dtype_name(w.type) + " weights");
   if (M <= 0 || N <= 0) return;
-  if (w.type == DType::Q8_0 || w.type == DType::Q4_K) return int_dot(d_x, w, d_y, M, N, K, scratch);
+  if (w.type == DType::Q8_0 || w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K)
+    return int_dot(d_x, w, d_y, M, N, K, scratch);
   dq::with_rows(w.type, w.data, w.row_bytes, [&](auto rows) { launch(d_x, rows, d_y, M, N, K); });
 }
 

@@ -1,9 +1,9 @@
 // matmul with quantized weights, default: the fastest path per shape, as production engines run.
 //
-// Q8_0 and Q4_K weights below quant_int_max_rows(format) rows take the integer dot-product kernels (8-bit
-// activations, as in batch-invariant mode). Otherwise batches below kQuantSgemmMinRows (256) take
-// the f32 panel kernel: at small M the cost is reading and dequantizing the weights, which that
-// kernel does once per panel. Larger
+// Q8_0, Q4_K, Q5_K and Q6_K weights below quant_int_max_rows(format) rows take the integer
+// dot-product kernels (8-bit activations, as in batch-invariant mode). Otherwise batches below
+// kQuantSgemmMinRows (256) take the f32 panel kernel: at small M the cost is reading and
+// dequantizing the weights, which that kernel does once per panel. Larger
 // batches dequantize chunks of weight rows to f32 (threads over rows) and call OpenBLAS
 // cblas_sgemm, whose kernel, blocking and thread split depend on M, N, K and the thread count: NOT
 // batch-invariant (a row's bits depend on its batch), which is the honest default.

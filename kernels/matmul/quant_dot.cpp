@@ -1,4 +1,4 @@
-// matmul with Q8_0 and Q4_K weights on 8-bit activations (definitions in
+// matmul with Q8_0, Q4_K, Q5_K and Q6_K weights on 8-bit activations (definitions in
 // kernels/matmul_quant.hpp, plain loops in quant_reference.cpp): the AVX2 kernels.
 //
 // Why they give the reference's bits: the activations are quantized by the same code
@@ -19,7 +19,7 @@ namespace {
 
 __attribute__((always_inline)) inline void quantize_acts_body(quant::Format wf, const float* x, int M, int K,
                                                               QuantActs& a) {
-  const int blk = wf == quant::Format::Q4_K ? 256 : 32;
+  const int blk = act_block(wf);
   for (int m = 0; m < M; ++m) {
     const float* xr = x + static_cast<size_t>(m) * K;
     int8_t* qr = a.q.data() + static_cast<size_t>(m) * K;
@@ -75,12 +75,14 @@ REPRO_QDOT void q8_0_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
   for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = simd::hsum(acc[r]);
 }
 
-// R (<= 4) activation rows against one Q4_K weight row. The mins term of the R rows shares one
-// 4-lane accumulator (lane r is row r's accm: the same single fma per block).
-template <int R>
-REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y, int ldy) {
+// R (<= 4) activation rows against one Q4_K (Q5 false) or Q5_K (Q5 true) weight row. The mins term
+// of the R rows shares one 4-lane accumulator (lane r is row r's accm: the same single fma per
+// block). Q5_K adds each element's fifth bit (bit s of qh[j], j < 32 its place in sub-block s).
+template <int R, bool Q5>
+REPRO_QDOT void k45_tile(const uint8_t* w, const QuantActs& a, int m0, float* y, int ldy) {
   static_assert(R >= 1 && R <= 4);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  constexpr int kBytes = Q5 ? 176 : 144, kQs = Q5 ? 48 : 16;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   __m256 acc[R];
   __m128 accm = _mm_setzero_ps();
   const int8_t* xq[R];
@@ -93,7 +95,7 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
     xb[r] = a.brow(m0 + r);
   }
   for (int b = 0; b < a.blocks; ++b) {
-    const uint8_t* blk = w + 144 * b;
+    const uint8_t* blk = w + kBytes * b;
     // The 8 scales and mins (6 bits each) of the 12 packed bytes, four at a time in 32-bit words.
     uint32_t u[3];
     std::memcpy(u, blk + 4, 12);
@@ -105,14 +107,21 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
         _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    [[maybe_unused]] const __m256i qh = Q5 ? load256(blk + 16) : _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g) {
-      const __m256i qv = load256(blk + 16 + 32 * g);
-      const __m256i lo = _mm256_and_si256(qv, low4), hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), low4);
+      const __m256i qv = load256(blk + kQs + 32 * g);
+      __m256i lo = _mm256_and_si256(qv, low4), hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), low4);
+      if constexpr (Q5) {  // fifth bits: bit 2g (first 32 elements) and 2g + 1 (next 32) of qh, as 16
+        const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one);
+        const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+      }
       const __m256i s0 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * 2 * g)));
       const __m256i s1 = _mm256_shuffle_epi8(scv, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * g + 1))));
       for (int r = 0; r < R; ++r) {
         const int8_t* xg = xq[r] + 256 * b + 64 * g;
-        // pairs: 15 * 127 * 2 < 2^15; madd by the scale: 4 products * 63 per lane, exact in int32
+        // pairs: 31 * 127 * 2 < 2^15; madd by the scale: 4 products * 63 per lane, exact in int32
         const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xg)), s0);
         const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xg + 32)), s1);
         isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(plo, phi));
@@ -137,20 +146,72 @@ REPRO_QDOT void q4_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y
   for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = simd::hsum(acc[r]) - am[r];
 }
 
+// R (<= 4) activation rows against one Q6_K weight row. Each chunk c of 32 elements is unpacked once
+// to unsigned 6-bit bytes u = v + 32; per row, maddubs(u, x) - maddubs(32, x) gives the int16 pair
+// sums of v * x exactly (|pair| <= 2 * 32 * 127), and madd by the chunk's two sub-block scales (8
+// int16 each) gives lane l's sc * (its 4 products), as in dot_q6_k_reference.
+template <int R>
+REPRO_QDOT void q6_k_tile(const uint8_t* w, const QuantActs& a, int m0, float* y, int ldy) {
+  static_assert(R >= 1 && R <= 4);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+  __m256 acc[R];
+  const int8_t* xq[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    xq[r] = a.qrow(m0 + r);
+    xd[r] = a.drow(m0 + r);
+  }
+  for (int b = 0; b < a.blocks; ++b) {
+    const uint8_t* blk = w + 210 * b;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load256(blk + 64 * h), ql1 = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const int c = 4 * h + k;
+        const __m256i src = k & 1 ? ql1 : ql0;
+        const __m256i lo = _mm256_and_si256(k < 2 ? src : _mm256_srli_epi16(src, 4), low4);
+        const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2), 4);
+        const __m256i u = _mm256_or_si256(lo, hi);
+        const __m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * c]), _mm_set1_epi16(sc[2 * c + 1]));
+        for (int r = 0; r < R; ++r) {
+          const __m256i xv = load256(xq[r] + 256 * b + 32 * c);
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(k32, xv));
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scv));
+        }
+      }
+    }
+    const float dw = half(blk + 208);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xd[r][b]), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * ldy] = simd::hsum(acc[r]);
+}
+
+// R activation rows against one weight row of format f.
+template <int R>
+REPRO_QDOT void int_tile(quant::Format f, const uint8_t* w, const QuantActs& a, int m0, float* y, int ldy) {
+  switch (f) {
+    case quant::Format::Q8_0: return q8_0_tile<R>(w, a, m0, y, ldy);
+    case quant::Format::Q4_K: return k45_tile<R, false>(w, a, m0, y, ldy);
+    case quant::Format::Q5_K: return k45_tile<R, true>(w, a, m0, y, ldy);
+    default: return q6_k_tile<R>(w, a, m0, y, ldy);
+  }
+}
+
 REPRO_QDOT void range_avx2(const QuantWeight& w, const QuantActs& a, float* y, int M, int N, int n0, int n1) {
-  const bool q8 = w.format == quant::Format::Q8_0;
+  const quant::Format f = w.format;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* wr = w.data + static_cast<size_t>(n) * w.row_bytes;
     int m0 = 0;
-    for (; m0 + 4 <= M; m0 += 4) {
-      float* yo = y + static_cast<size_t>(m0) * N + n;
-      q8 ? q8_0_tile<4>(wr, a, m0, yo, N) : q4_k_tile<4>(wr, a, m0, yo, N);
-    }
+    for (; m0 + 4 <= M; m0 += 4) int_tile<4>(f, wr, a, m0, y + static_cast<size_t>(m0) * N + n, N);
     float* yo = y + static_cast<size_t>(m0) * N + n;
     switch (M - m0) {
-      case 3: q8 ? q8_0_tile<3>(wr, a, m0, yo, N) : q4_k_tile<3>(wr, a, m0, yo, N); break;
-      case 2: q8 ? q8_0_tile<2>(wr, a, m0, yo, N) : q4_k_tile<2>(wr, a, m0, yo, N); break;
-      case 1: q8 ? q8_0_tile<1>(wr, a, m0, yo, N) : q4_k_tile<1>(wr, a, m0, yo, N); break;
+      case 3: int_tile<3>(f, wr, a, m0, yo, N); break;
+      case 2: int_tile<2>(f, wr, a, m0, yo, N); break;
+      case 1: int_tile<1>(f, wr, a, m0, yo, N); break;
       default: break;
     }
   }
@@ -165,13 +226,13 @@ QuantActs& acts_scratch() {
 }  // namespace
 
 void quantize_acts(quant::Format wf, const float* x, int M, int K, QuantActs& a, bool simd) {
-  const int blk = wf == quant::Format::Q4_K ? 256 : 32;
+  const int blk = act_block(wf);
   a.K = K;
   a.blocks = K / blk;
   a.sub = K / 32;
   a.q.resize(static_cast<size_t>(M) * K);
   a.d.resize(static_cast<size_t>(M) * a.blocks);
-  a.bsum.resize(wf == quant::Format::Q4_K ? static_cast<size_t>(M) * a.sub : 0);
+  a.bsum.resize(act_bsum(wf) ? static_cast<size_t>(M) * a.sub : 0);
 #if REPRO_X86
   if (simd) return quantize_acts_avx2(wf, x, M, K, a);
 #else
@@ -190,8 +251,7 @@ void int_dot_range(const QuantWeight& w, const QuantActs& a, float* y, int M, in
     const uint8_t* wr = w.data + static_cast<size_t>(n) * w.row_bytes;
     for (int m = 0; m < M; ++m)
       y[static_cast<size_t>(m) * N + n] =
-          w.format == quant::Format::Q8_0 ? dot_q8_0_reference(wr, a.qrow(m), a.drow(m), a.K)
-                                          : dot_q4_k_reference(wr, a.qrow(m), a.drow(m), a.brow(m), a.K);
+          dot_int_reference(w.format, wr, a.qrow(m), a.drow(m), a.bsum.empty() ? nullptr : a.brow(m), a.K);
   }
 }
 

@@ -1,5 +1,5 @@
-// Private to the matmul kernels: the integer dot-product path for Q8_0 and Q4_K weights (the
-// definitions are in kernels/matmul_quant.hpp). The plain loops live in quant_reference.cpp;
+// Private to the matmul kernels: the integer dot-product path for Q8_0, Q4_K, Q5_K and Q6_K weights
+// (the definitions are in kernels/matmul_quant.hpp). The plain loops live in quant_reference.cpp;
 // quant_dot.cpp has the AVX2 kernels and calls the plain loops where AVX2 is absent or forced off.
 #pragma once
 #include <cmath>
@@ -10,8 +10,13 @@
 
 namespace repro::kernels::detail {
 
+// Elements per activation block for weights of format wf: 32 for Q8_0, 256 for the K formats.
+inline int act_block(quant::Format wf) { return wf == quant::Format::Q8_0 ? 32 : 256; }
+// Whether the activation rows carry the integer sum of each 32 q values (the mins term of Q4_K, Q5_K).
+inline bool act_bsum(quant::Format wf) { return wf == quant::Format::Q4_K || wf == quant::Format::Q5_K; }
+
 // M activation rows quantized for one weight format: row m has K int8 values at q + m*K, K/block
-// f32 scales at d + m*(K/block) and, for Q4_K, K/32 integer sums at bsum + m*(K/32).
+// f32 scales at d + m*(K/block) and, for Q4_K and Q5_K, K/32 integer sums at bsum + m*(K/32).
 struct QuantActs {
   int K = 0, blocks = 0, sub = 0;  // blocks and 32-element sub-blocks per row
   std::vector<int8_t> q;
@@ -24,8 +29,8 @@ struct QuantActs {
 
 // n (32 or 256) floats to int8: amax = the largest |x| (NaN ignored), d = amax / 127 (f32),
 // q = clamp(nearbyint(x / d), -127, 127) with nearbyint rounding half to even (a NaN quotient
-// gives -127); amax == 0 gives d = 0 and q = 0. bsum (Q4_K, else nullptr): the sum of each 32 q
-// values. Always inlined, so that the AVX2 build in quant_dot.cpp compiles exactly this code.
+// gives -127); amax == 0 gives d = 0 and q = 0. bsum (Q4_K and Q5_K, else nullptr): the sum of
+// each 32 q values. Always inlined, so that the AVX2 build in quant_dot.cpp compiles exactly this code.
 __attribute__((always_inline)) inline void quantize_act_block(const float* x, int n, int8_t* q, float* d,
                                                               int16_t* bsum) {
   float amax = 0.0f;
@@ -56,6 +61,11 @@ void quantize_acts(quant::Format wf, const float* x, int M, int K, QuantActs& a,
 // The plain loops that define y for one weight row and one activation row.
 float dot_q8_0_reference(const uint8_t* w, const int8_t* q, const float* d, int K);
 float dot_q4_k_reference(const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum, int K);
+float dot_q5_k_reference(const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum, int K);
+float dot_q6_k_reference(const uint8_t* w, const int8_t* q, const float* d, int K);
+// The one of the four for format wf (bsum is read by Q4_K and Q5_K only).
+float dot_int_reference(quant::Format wf, const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum,
+                        int K);
 
 // y[m*N + n] for rows [0, M) and columns [n0, n1) on quantized activations, AVX2 or plain loops.
 void int_dot_range(const QuantWeight& w, const QuantActs& a, float* y, int M, int N, int n0, int n1, bool avx2);

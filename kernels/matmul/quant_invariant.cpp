@@ -1,10 +1,10 @@
 // matmul with quantized weights, batch-invariant fast path: bitwise equal to matmul_q_reference.
 //
-// Q8_0 and Q4_K weights take the integer dot-product kernels (quant_dot.cpp: row-local activation
-// quantization, exact integer block sums, one fixed float order per K and format).
+// Q8_0, Q4_K, Q5_K and Q6_K weights take the integer dot-product kernels (quant_dot.cpp: row-local
+// activation quantization, exact integer block sums, one fixed float order per K and format).
 //
-// The other formats, f32 panels. Why they are batch-invariant: threads take contiguous ranges of weight rows (output columns) in
-// panels of kPanel rows; a panel is dequantized once into f32 scratch (the same element values as
+// The other formats (F16, BF16, Q4_0), f32 panels. Why they are batch-invariant: threads take
+// contiguous ranges of weight rows (output columns) in panels of kPanel rows; a panel is dequantized once into f32 scratch (the same element values as
 // quant::dequantize_row, whatever the panel) and the f32 invariant register tiles run over all M
 // rows of x. A tile only decides which elements are computed together, never how one is summed:
 // each element follows detail::dot_lanes over K. Panel width, tile shape and thread split change

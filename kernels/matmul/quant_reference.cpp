@@ -1,6 +1,7 @@
 // matmul with quantized weights, reference: plain loops that DEFINE the batch-invariant order.
 //
-// Q8_0 and Q4_K weights (the integer dot-product path, definitions in kernels/matmul_quant.hpp):
+// Q8_0, Q4_K, Q5_K and Q6_K weights (the integer dot-product path, definitions in
+// kernels/matmul_quant.hpp):
 // each activation row is quantized on its own (quantize_act_block below), the products within a
 // block are summed in int32 (exact), and the float combination runs in 8 lanes over the blocks in
 // increasing order, then tree8. Other formats: y[m][n] = detail::dot_lanes(x[m], dequantize(w[n]), K).
@@ -71,6 +72,83 @@ float dot_q4_k_reference(const uint8_t* w, const int8_t* q, const float* d, cons
   return tree8(acc) - accm;
 }
 
+// Q5_K: Q4_K's definition with 5-bit weights: element j of sub-block s has the low 4 bits of Q4_K
+// and, as fifth bit, bit s of qh[j]. |isum_l| <= 8 * 63 * 4 * 31 * 127 < 2^24.
+float dot_q5_k_reference(const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum, int K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, accm = 0.0f;
+  for (int b = 0; b < K / 256; ++b) {
+    const uint8_t* blk = w + 176 * b;
+    const uint8_t* qh = blk + 16;
+    const uint8_t* qs = blk + 48;
+    const int8_t* qb = q + 256 * b;
+    int32_t isum[8] = {0, 0, 0, 0, 0, 0, 0, 0}, imin = 0;
+    for (int s = 0; s < 8; ++s) {
+      int sc, mn;
+      quant::unpack_scale_min(blk + 4, s, sc, mn);
+      imin += mn * bsum[8 * b + s];
+      const int g = s / 2, shift = 4 * (s % 2);
+      for (int l = 0; l < 8; ++l) {
+        int32_t p = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * l + i;
+          const int qv = ((qs[32 * g + j] >> shift) & 0x0f) | (((qh[j] >> s) & 1) << 4);
+          p += qv * qb[32 * s + j];
+        }
+        isum[l] += sc * p;
+      }
+    }
+    const float dw = f16_to_f32(load16(blk)) * d[b], mw = f16_to_f32(load16(blk + 2)) * d[b];
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(dw, static_cast<float>(isum[l]), acc[l]);
+    accm = std::fma(mw, static_cast<float>(imin), accm);
+  }
+  return tree8(acc) - accm;
+}
+
+// Q6_K: per block, with the signed 6-bit weights v = q - 32 and the int8 scales sc of its 16
+// sub-blocks of 16, over the 8 chunks c of 32 elements (lane l's elements 4l..4l+3 of a chunk lie
+// in sub-block 2c + l / 4):
+//   isum_l = sum over c < 8 of sc_{2c + l/4} * (sum over i < 4 of v[32c + 4l + i] * q[32c + 4l + i])
+//            (int32, |isum_l| <= 8 * 128 * 4 * 32 * 127 < 2^24: exact in f32 too)
+//   acc_l  = fma(d_w * d_x, (float)isum_l, acc_l), blocks in increasing order; y = tree8(acc).
+float dot_q6_k_reference(const uint8_t* w, const int8_t* q, const float* d, int K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int b = 0; b < K / 256; ++b) {
+    const uint8_t* blk = w + 210 * b;
+    const uint8_t* ql = blk;
+    const uint8_t* qh = blk + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const int8_t* qb = q + 256 * b;
+    int32_t isum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int c = 0; c < 8; ++c) {
+      const int h = c / 4, k = c % 4;
+      for (int l = 0; l < 8; ++l) {
+        int32_t p = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * l + i;
+          const int byte = ql[64 * h + j + 32 * (k & 1)];
+          const int lo = k < 2 ? byte & 0x0f : byte >> 4;
+          const int hi = (qh[32 * h + j] >> (2 * k)) & 3;
+          p += ((lo | (hi << 4)) - 32) * qb[32 * c + j];
+        }
+        isum[l] += sc[2 * c + l / 4] * p;
+      }
+    }
+    const float dw = f16_to_f32(load16(blk + 208)) * d[b];
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(dw, static_cast<float>(isum[l]), acc[l]);
+  }
+  return tree8(acc);
+}
+
+float dot_int_reference(quant::Format wf, const uint8_t* w, const int8_t* q, const float* d, const int16_t* bsum,
+                        int K) {
+  switch (wf) {
+    case quant::Format::Q8_0: return dot_q8_0_reference(w, q, d, K);
+    case quant::Format::Q4_K: return dot_q4_k_reference(w, q, d, bsum, K);
+    case quant::Format::Q5_K: return dot_q5_k_reference(w, q, d, bsum, K);
+    default: return dot_q6_k_reference(w, q, d, K);
+  }
+}
+
 void matmul_q_panels_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K) {
   std::vector<float> row(static_cast<size_t>(K));
   for (int n = 0; n < N; ++n) {
@@ -81,13 +159,15 @@ void matmul_q_panels_reference(const float* x, const QuantWeight& w, float* y, i
 
 }  // namespace detail
 
-bool has_int_dot(quant::Format f) { return f == quant::Format::Q8_0 || f == quant::Format::Q4_K; }
+bool has_int_dot(quant::Format f) {
+  return f == quant::Format::Q8_0 || f == quant::Format::Q4_K || f == quant::Format::Q5_K || f == quant::Format::Q6_K;
+}
 
 void quantize_act_row_reference(quant::Format wf, const float* x, int K, int8_t* q, float* d, int16_t* bsum) {
-  const int blk = wf == quant::Format::Q4_K ? 256 : 32;
+  const int blk = detail::act_block(wf);
   for (int b = 0; b < K / blk; ++b)
     detail::quantize_act_block(x + b * blk, blk, q + b * blk, d + b,
-                               wf == quant::Format::Q4_K ? bsum + b * (blk / 32) : nullptr);
+                               detail::act_bsum(wf) ? bsum + b * (blk / 32) : nullptr);
 }
 
 void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, int N, int K) {
@@ -99,9 +179,7 @@ void matmul_q_reference(const float* x, const QuantWeight& w, float* y, int M, i
     quantize_act_row_reference(w.format, x + static_cast<size_t>(m) * K, K, q.data(), d.data(), bsum.data());
     for (int n = 0; n < N; ++n) {
       const uint8_t* wr = w.data + static_cast<size_t>(n) * w.row_bytes;
-      y[static_cast<size_t>(m) * N + n] = w.format == quant::Format::Q8_0
-                                              ? detail::dot_q8_0_reference(wr, q.data(), d.data(), K)
-                                              : detail::dot_q4_k_reference(wr, q.data(), d.data(), bsum.data(), K);
+      y[static_cast<size_t>(m) * N + n] = detail::dot_int_reference(w.format, wr, q.data(), d.data(), bsum.data(), K);
     }
   }
 }
