@@ -78,7 +78,7 @@ TEST_CASE("synth --type: rows must be whole blocks; unknown types list the suppo
                        "multiples of 256",
                        UsageError);
   CHECK_THROWS_WITH_AS(synth_model(small("q3_k")),
-                       "--type 'q3_k' is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k",
+                       "--type 'q3_k' is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m",
                        UsageError);
   auto dir = test::scratch_dir("model-quant-cli");
   auto r = test::run_cli("model synth --out " + (dir / "x.gguf").string() + " --type q4_k --dim 128");
@@ -91,9 +91,38 @@ TEST_CASE("synth --type: rows must be whole blocks; unknown types list the suppo
   CHECK(sha256_file((dir / "q.gguf").string()) == sha256_hex(synth_model(small("q5_k"))));
 }
 
+TEST_CASE("synth --type q4_k_m: Q4_K with Q6_K where llama-quantize widens Q4_K_M, file type 15") {
+  // 8 layers: the first and last eighth are layers 0 and 7, every third between them layers 3 and 6.
+  for (bool tied : {true, false}) {
+    CAPTURE(tied);
+    SynthOptions o = small("q4_k_m");
+    o.n_layers = 8;
+    o.tied = tied;
+    const std::string bytes = synth_model(o);
+    const gguf::File f = gguf::parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "q4_k_m");
+    int64_t ft = 0;
+    REQUIRE(f.find("general.file_type") != nullptr);
+    REQUIRE(f.find("general.file_type")->get_int(ft));
+    CHECK(ft == 15);
+    using T = gguf::TensorType;
+    CHECK(f.tensor("token_embd.weight")->type == (tied ? T::Q6_K : T::Q4_K));
+    if (!tied) CHECK(f.tensor("output.weight")->type == T::Q6_K);
+    for (int l = 0; l < 8; ++l) {
+      CAPTURE(l);
+      const std::string p = "blk." + std::to_string(l) + ".";
+      const T wide = l == 0 || l == 3 || l == 6 || l == 7 ? T::Q6_K : T::Q4_K;
+      CHECK(f.tensor(p + "attn_v.weight")->type == wide);
+      CHECK(f.tensor(p + "ffn_down.weight")->type == wide);
+      for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight"})
+        CHECK(f.tensor(p + n)->type == T::Q4_K);
+      CHECK(f.tensor(p + "attn_norm.weight")->type == T::F32);
+    }
+  }
+}
+
 TEST_CASE("quantized models: load, greedy decoding, batch-invariant bits alone and in a batch") {
   auto dir = test::scratch_dir("model-quant-engine");
-  for (const char* type : {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "bf16"}) {
+  for (const char* type : {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "bf16"}) {
     CAPTURE(type);
     const std::string path = (dir / (std::string(type) + ".gguf")).string();
     write_synth_model(small(type), path);

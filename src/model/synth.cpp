@@ -136,17 +136,19 @@ std::vector<float> random_tensor(uint64_t seed, const std::string& name, size_t 
 }
 
 // --type names and their block formats and GGUF general.file_type numbers (llama.cpp's enum:
-// ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16,
-// MOSTLY_Q6_K 18, MOSTLY_BF16 32).
+// ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q4_K_M 15,
+// MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18, MOSTLY_BF16 32). A mixed type (q4_k_m) names the format of most
+// matrices; matrix_format picks the others.
 struct SynthType {
   const char* name;
   quant::Format format;
   uint32_t file_type;
+  bool mixed = false;
 };
 constexpr SynthType kSynthTypes[] = {
     {"f32", quant::Format::F32, 0},   {"f16", quant::Format::F16, 1},   {"bf16", quant::Format::BF16, 32},
     {"q8_0", quant::Format::Q8_0, 7}, {"q4_0", quant::Format::Q4_0, 2}, {"q4_k", quant::Format::Q4_K, 14},
-    {"q5_k", quant::Format::Q5_K, 16}, {"q6_k", quant::Format::Q6_K, 18},
+    {"q5_k", quant::Format::Q5_K, 16}, {"q6_k", quant::Format::Q6_K, 18}, {"q4_k_m", quant::Format::Q4_K, 15, true},
 };
 
 const SynthType* find_type(const std::string& name) {
@@ -155,15 +157,32 @@ const SynthType* find_type(const std::string& name) {
   return nullptr;
 }
 
+// Whether layer i of n gets the wider type in a Q4_K_M file, as llama-quantize decides it for
+// attn_v and ffn_down: the first and the last eighth of the layers, and every third layer between.
+bool more_bits_layer(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The format of matrix `name` (of layer `layer`, -1 outside the layers; n_layers in all). One
+// format for a plain --type. q4_k_m mixes as llama-quantize writes Q4_K_M: Q6_K for the classifier
+// (output.weight, or token_embd.weight when it is tied) and for attn_v and ffn_down (the experts'
+// too) of the layers more_bits_layer picks; Q4_K for everything else.
+quant::Format matrix_format(const SynthOptions& o, const std::string& name, int layer, int n_layers) {
+  const SynthType* t = find_type(o.type);
+  if (!t->mixed) return t->format;
+  const bool classifier = name == "output.weight" || (o.tied && name == "token_embd.weight");
+  const bool widened = layer >= 0 && more_bits_layer(layer, n_layers) &&
+                       (name.find("attn_v.weight") != std::string::npos || name.find("ffn_down") != std::string::npos);
+  return classifier || widened ? quant::Format::Q6_K : t->format;
+}
+
 // A matrix [out][in] (ne = [in, out]), or `experts` of them stacked (ne = [in, out, experts]: the
-// 3-D expert tensors), in the --type format.
+// 3-D expert tensors), in the format matrix_format picks.
 void add_matrix(gguf::Writer& w, const SynthOptions& o, const std::string& name, uint64_t in, uint64_t out,
-                uint64_t experts = 0) {
+                uint64_t experts = 0, int layer = -1) {
   const uint64_t rows = out * std::max<uint64_t>(experts, 1);
   std::vector<uint64_t> ne = {in, out};
   if (experts > 0) ne.push_back(experts);
   std::vector<float> v = random_tensor(o.seed, name, static_cast<size_t>(in * rows), static_cast<int64_t>(in));
-  const quant::Format f = find_type(o.type)->format;
+  const quant::Format f = matrix_format(o, name, layer, o.n_layers);
   if (f == quant::Format::F32) return w.add_f32(name, ne, v);
   // Row by row: each row (in elements) is whole blocks (checked by synth_model).
   const size_t rb = quant::row_bytes(f, static_cast<int64_t>(in));
@@ -432,9 +451,9 @@ std::string synth_model(const SynthOptions& o) {
   for (uint64_t l = 0; l < L; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.add_f32(p + "attn_norm.weight", {dim}, ones);
-    add_matrix(w, o, p + "attn_q.weight", dim, qd);
-    add_matrix(w, o, p + "attn_k.weight", dim, kv);
-    add_matrix(w, o, p + "attn_v.weight", dim, kv);
+    add_matrix(w, o, p + "attn_q.weight", dim, qd, 0, static_cast<int>(l));
+    add_matrix(w, o, p + "attn_k.weight", dim, kv, 0, static_cast<int>(l));
+    add_matrix(w, o, p + "attn_v.weight", dim, kv, 0, static_cast<int>(l));
     if (qkv_bias) {
       vec(p + "attn_q.bias", qd, 0.0f);
       vec(p + "attn_k.bias", kv, 0.0f);
@@ -444,27 +463,27 @@ std::string synth_model(const SynthOptions& o) {
       vec(p + "attn_q_norm.weight", hd, 1.0f);
       vec(p + "attn_k_norm.weight", hd, 1.0f);
     }
-    add_matrix(w, o, p + "attn_output.weight", qd, dim);
+    add_matrix(w, o, p + "attn_output.weight", qd, dim, 0, static_cast<int>(l));
     w.add_f32(p + "ffn_norm.weight", {dim}, ones);
     if (E > 0) {
       // The router [E][dim] in F32; the experts as 3-D tensors [E][out][in].
       w.add_f32(p + "ffn_gate_inp.weight", {dim, E},
                 random_tensor(o.seed, p + "ffn_gate_inp.weight", static_cast<size_t>(dim * E), static_cast<int64_t>(dim)));
-      add_matrix(w, o, p + "ffn_gate_exps.weight", dim, hid, E);
-      add_matrix(w, o, p + "ffn_down_exps.weight", hid, dim, E);
-      add_matrix(w, o, p + "ffn_up_exps.weight", dim, hid, E);
+      add_matrix(w, o, p + "ffn_gate_exps.weight", dim, hid, E, static_cast<int>(l));
+      add_matrix(w, o, p + "ffn_down_exps.weight", hid, dim, E, static_cast<int>(l));
+      add_matrix(w, o, p + "ffn_up_exps.weight", dim, hid, E, static_cast<int>(l));
       if (shared_expert) {
         w.add_f32(p + "ffn_gate_inp_shexp.weight", {dim},
                   random_tensor(o.seed, p + "ffn_gate_inp_shexp.weight", static_cast<size_t>(dim), static_cast<int64_t>(dim)));
-        add_matrix(w, o, p + "ffn_gate_shexp.weight", dim, hid);
-        add_matrix(w, o, p + "ffn_down_shexp.weight", hid, dim);
-        add_matrix(w, o, p + "ffn_up_shexp.weight", dim, hid);
+        add_matrix(w, o, p + "ffn_gate_shexp.weight", dim, hid, 0, static_cast<int>(l));
+        add_matrix(w, o, p + "ffn_down_shexp.weight", hid, dim, 0, static_cast<int>(l));
+        add_matrix(w, o, p + "ffn_up_shexp.weight", dim, hid, 0, static_cast<int>(l));
       }
       continue;
     }
-    add_matrix(w, o, p + "ffn_gate.weight", dim, hid);
-    add_matrix(w, o, p + "ffn_down.weight", hid, dim);
-    add_matrix(w, o, p + "ffn_up.weight", dim, hid);
+    add_matrix(w, o, p + "ffn_gate.weight", dim, hid, 0, static_cast<int>(l));
+    add_matrix(w, o, p + "ffn_down.weight", hid, dim, 0, static_cast<int>(l));
+    add_matrix(w, o, p + "ffn_up.weight", dim, hid, 0, static_cast<int>(l));
   }
   return w.serialize();
 }

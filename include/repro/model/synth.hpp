@@ -25,7 +25,8 @@ struct SynthOptions {
   int n_kv_heads = 2;
   int vocab_size = 512;
   int context_length = 512;
-  // Weight matrices: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k (norm vectors stay f32). The
+  // Weight matrices: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or q4_k_m (Q4_K with Q6_K for the
+  // classifier and some layers' attn_v and ffn_down, as llama-quantize mixes it; norm vectors stay f32). The
   // block types quantize with the project's own quantizer (repro/common/quant.hpp); --dim and
   // --hidden must then be multiples of the block size (32, or 256 for the k-quants).
   std::string type = "f32";
@@ -61,7 +62,7 @@ int synth_min_vocab();
 // Throws UsageError when vocab_size is below synth_min_vocab() or above 262144.
 TokenizerData synth_tokenizer(int vocab_size);
 
-// The --type names synth_model accepts: "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k".
+// The --type names synth_model accepts: "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m".
 std::string synth_types();
 
 // The GGUF v3 file bytes of the model the options describe. Throws UsageError naming the flag
