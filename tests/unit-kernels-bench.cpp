@@ -7,7 +7,10 @@
 // times, for Q8_0 and Q4_K weights of a 1.1B model's shapes, the integer dot-product path against
 // the f32 panel path (and sgemm from kQuantSgemmMinRows rows), which sets quant_int_max_rows. A
 // third, on an AVX-512 CPU, times the batch-invariant matmul's AVX-512 tiles against its AVX2 tiles
-// (same bits, checked first).
+// (same bits, checked first). A fourth, only with REPRO_BENCH_GGML_SHAPE=1 (scripts/bench-ggml.sh
+// runs it), times both tables' matmul at the shape of ggml's MUL_MAT perf cases (4096 x 14336
+// weights) with ggml's method (mean over >= 1 s of calls after one warm-up call), so that the two
+// can be compared side by side.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -150,6 +153,76 @@ TEST_CASE("bench: batch-invariant matmul, AVX-512 tiles vs AVX2 tiles (GFLOP/s, 
   }
 }
 
+TEST_CASE("bench: matmul at ggml's MUL_MAT perf shape, both tables (us per call; REPRO_BENCH_GGML_SHAPE=1)") {
+  if (!std::getenv("REPRO_BENCH_GGML_SHAPE")) {
+    MESSAGE("skipped: set REPRO_BENCH_GGML_SHAPE=1 (scripts/bench-ggml.sh does) to time the ggml perf shape");
+    return;
+  }
+  // ggml's test-backend-ops perf: MUL_MAT(type_a, f32, m = 4096, n = M, k = 14336): weights [4096][14336].
+  const int N = 4096, K = 14336;
+  const char* rows_env = std::getenv("REPRO_BENCH_ROWS");
+  std::vector<int> Ms;
+  for (const char* p = rows_env ? rows_env : "1,8,512"; *p;) {
+    Ms.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  const int threads = std::getenv("REPRO_BENCH_THREADS") ? std::atoi(std::getenv("REPRO_BENCH_THREADS")) : 2;
+  ThreadPool pool(threads);
+  using clk = std::chrono::steady_clock;
+  auto mean_us = [](auto&& fn) {  // ggml's method: one warm-up call, then calls until >= 1 s, mean
+    fn();
+    double total = 0;
+    int runs = 0;
+    while (total < 1.0) {
+      const auto t0 = clk::now();
+      fn();
+      total += std::chrono::duration<double>(clk::now() - t0).count();
+      ++runs;
+    }
+    return total / runs * 1e6;
+  };
+  const auto wf = random_vec((size_t)N * K, 4096);
+  const auto x = random_vec((size_t)512 * K, 14336);
+  for (quant::Format f : {quant::Format::F32, quant::Format::Q8_0, quant::Format::Q4_K, quant::Format::Q5_K,
+                          quant::Format::Q6_K}) {
+    const size_t rb = quant::row_bytes(f, K);
+    std::vector<uint8_t> wq;
+    if (f != quant::Format::F32) {
+      wq.resize(rb * N);
+      for (int n = 0; n < N; ++n) quant::quantize_row(f, wf.data() + (size_t)n * K, wq.data() + rb * n, K);
+    }
+    const QuantWeight w{f, wq.data(), rb};
+    for (int M : Ms) {
+      REQUIRE((M >= 1 && M <= 512));
+      std::vector<float> yi((size_t)M * N), yd((size_t)M * N);
+      auto inv = [&] {
+        if (f == quant::Format::F32) return matmul_invariant(x.data(), wf.data(), yi.data(), M, N, K, pool);
+        matmul_q_invariant(x.data(), w, yi.data(), M, N, K, pool);
+      };
+      auto def = [&] {
+        if (f == quant::Format::F32) return matmul_default(x.data(), wf.data(), yd.data(), M, N, K, pool);
+        matmul_q_default(x.data(), w, yd.data(), M, N, K, pool);
+      };
+      // Validate first: the invariant table equals its reference bitwise on 16 columns.
+      inv();
+      const int nc = 16;
+      std::vector<float> ref((size_t)M * nc);
+      if (f == quant::Format::F32)
+        matmul_reference(x.data(), wf.data(), ref.data(), M, nc, K);
+      else
+        matmul_q_reference(x.data(), w, ref.data(), M, nc, K);
+      int bad = 0;
+      for (int m = 0; m < M; ++m) bad += std::memcmp(yi.data() + (long)m * N, ref.data() + (long)m * nc, nc * 4) != 0;
+      REQUIRE(bad == 0);
+      const double ti = mean_us(inv), td = mean_us(def);
+      std::printf("ggml-shape type=%s threads=%d M=%d N=%d K=%d invariant_us=%.1f default_us=%.1f\n",
+                  quant::format_name(f), threads, M, N, K, ti, td);
+      std::fflush(stdout);
+    }
+  }
+}
+
 TEST_CASE("bench: quantized matmul, integer path vs f32 panels (GB/s of weights, ratio)") {
   struct NK {
     int N, K;
@@ -159,7 +232,7 @@ TEST_CASE("bench: quantized matmul, integer path vs f32 panels (GB/s of weights,
               "f32/int");
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    for (quant::Format f : {quant::Format::Q8_0, quant::Format::Q4_K})
+    for (quant::Format f : {quant::Format::Q8_0, quant::Format::Q4_K, quant::Format::Q5_K, quant::Format::Q6_K})
       for (const NK nk : shapes) {
         const int N = nk.N, K = nk.K;
         const auto wf = random_vec((size_t)N * K, 7 + N + K);
